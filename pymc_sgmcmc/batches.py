@@ -1,0 +1,59 @@
+"""Streams of minibatch row indices."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["IndexStream"]
+
+
+class IndexStream:
+    """Draws batches of row indices from ``range(n_rows)``.
+
+    Without replacement (the default), the rows are visited in epochs: each
+    epoch is a fresh random permutation, read ``batch_size`` rows at a time,
+    and a batch that reaches the end of an epoch continues into the next.
+    Every row then enters the same number of batches up to one, and each
+    batch is a uniform draw, so the minibatch estimate stays unbiased.
+
+    Parameters
+    ----------
+    n_rows : int
+        Number of rows N.
+    batch_size : int
+        Rows per batch B, with ``1 <= B <= N``.
+    replace : bool, default False
+        Draw every batch independently, with replacement.
+    """
+
+    def __init__(self, n_rows: int, batch_size: int, replace: bool = False):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(f"batch_size must be an integer, got {batch_size!r}.")
+        if not 1 <= batch_size <= n_rows:
+            raise ValueError(
+                f"batch_size must be between 1 and the number of rows ({n_rows}), "
+                f"got {batch_size}."
+            )
+        self.n_rows = int(n_rows)
+        self.batch_size = int(batch_size)
+        self.replace = bool(replace)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the current epoch (called at the start of every chain)."""
+        self._epoch = np.empty(0, dtype=np.int64)
+
+    def draw(self, rng: np.random.Generator, n_batches: int) -> np.ndarray:
+        """Return the next ``n_batches`` batches as an array of shape ``(n_batches, B)``."""
+        size = n_batches * self.batch_size
+        if self.replace:
+            return rng.integers(self.n_rows, size=(n_batches, self.batch_size), dtype=np.int64)
+        pieces = [self._epoch]
+        available = len(self._epoch)
+        while available < size:
+            permutation = rng.permutation(self.n_rows).astype(np.int64)
+            pieces.append(permutation)
+            available += self.n_rows
+        stream = np.concatenate(pieces) if len(pieces) > 1 else self._epoch
+        self._epoch = stream[size:]
+        return stream[:size].reshape(n_batches, self.batch_size)

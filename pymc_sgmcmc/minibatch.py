@@ -1,0 +1,257 @@
+"""Minibatch log-density of an unmodified PyMC model.
+
+The log posterior of a model whose observed rows are exchangeable is
+
+    log p(theta | y) = log p(theta) + sum_i log p(y_i | theta) + const.
+
+Given a vector of row indices of length B, :func:`build_minibatch_log_density`
+returns the PyTensor graph of the unbiased estimate
+
+    log p(theta) + (N / B) * sum_{i in batch} log p(y_i | theta)
+
+and of its gradient with respect to the (transformed, raveled) value variables.
+The graph is built from the model's own log-probability terms: every array
+with N leading rows that the likelihood reads (observed data, covariates given
+as ``pm.Data`` or as numpy arrays, index columns) is replaced by its rows at
+the batch indices, so each evaluation costs O(B) instead of O(N). The model
+itself is never modified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from pymc.data import MinibatchIndexRV
+from pymc.pytensorf import join_nonshared_inputs
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.random.type import RandomType
+from pytensor.tensor.shape import SpecifyShape
+
+__all__ = ["MinibatchError", "MinibatchLogDensity", "build_minibatch_log_density"]
+
+
+class MinibatchError(ValueError):
+    """Raised when a model cannot be sampled from minibatches as written."""
+
+
+@dataclass(frozen=True)
+class MinibatchLogDensity:
+    """Symbolic minibatch estimate of a model's log density.
+
+    Attributes
+    ----------
+    position : TensorVariable
+        Flat vector of the sampled (transformed) value variables.
+    indices : TensorVariable
+        Integer vector of the rows in the minibatch.
+    log_density : TensorVariable
+        ``log prior + (N / B) * minibatch log likelihood`` (terms written with
+        ``total_size=`` are scaled by PyMC itself and not rescaled again).
+    gradient : TensorVariable
+        Gradient of ``log_density`` with respect to ``position``.
+    n_rows : int
+        Number of rows N shared by all observed variables.
+    """
+
+    position: Variable
+    indices: Variable
+    log_density: Variable
+    gradient: Variable
+    n_rows: int
+
+
+def _leading_length(variable: Variable) -> int | None:
+    """Return the length of the first axis of a data variable, if it has one."""
+    if variable.type.ndim == 0:
+        return None
+    if isinstance(variable, Constant):
+        return int(np.shape(variable.data)[0])
+    if isinstance(variable, SharedVariable):
+        return int(np.shape(variable.get_value(borrow=True))[0])
+    return int(variable.shape[0].eval())
+
+
+def _constant_value(variable: Variable) -> int | None:
+    """Return the value of a scalar shape entry that needs no value variable."""
+    if isinstance(variable, Constant):
+        return int(variable.data)
+    inputs = [v for v in ancestors([variable]) if v.owner is None]
+    if all(isinstance(v, Constant | SharedVariable) for v in inputs):
+        return int(variable.eval())
+    return None
+
+
+def _rows_of_observed(model: pm.Model) -> int:
+    """Return the number of rows N shared by every observed variable."""
+    if not model.observed_RVs:
+        raise MinibatchError(
+            "The model has no observed variables, so there is no data to minibatch: "
+            "add `observed=` data or sample it with pm.sample() (NUTS)."
+        )
+    lengths = {}
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values[rv]
+        length = _leading_length(value)
+        if length is None:
+            raise MinibatchError(
+                f"Observed variable '{rv.name}' is a scalar and has no rows to minibatch: "
+                "give its data a leading axis of observations."
+            )
+        lengths[rv.name] = length
+    if len(set(lengths.values())) > 1:
+        listing = ", ".join(f"'{name}' has {n}" for name, n in lengths.items())
+        raise MinibatchError(
+            f"Observed variables have different numbers of rows ({listing}); "
+            "minibatching needs one row index shared by all of them: "
+            "bring them to the same rows or sample the model with NUTS."
+        )
+    n_rows = next(iter(lengths.values()))
+    if n_rows < 2:
+        raise MinibatchError(f"The observed data has {n_rows} row; minibatching needs at least 2.")
+    return n_rows
+
+
+def _refuse_minibatch_ops(model: pm.Model) -> None:
+    """Refuse models that already draw random minibatches with ``pm.Minibatch``."""
+    graph = ancestors([model.rvs_to_values[rv] for rv in model.observed_RVs] + model.observed_RVs)
+    for variable in graph:
+        if variable.owner is not None and isinstance(variable.owner.op, MinibatchIndexRV):
+            raise MinibatchError(
+                "The model uses pm.Minibatch, whose random indices make its log density "
+                "random; pass the full data (e.g. pm.Data) instead and let the step "
+                "method draw the minibatches."
+            )
+
+
+def _rebuild(outputs, replacements, n_rows, batch_length):
+    """Rebuild ``outputs`` with data replaced by its minibatch rows.
+
+    Nodes that broadcast to, or assert, a leading length of N (PyMC's ``Alloc``
+    to the variable's size and ``SpecifyShape`` from ``shape=``/``dims=``) get
+    the batch length instead; otherwise they would silently broadcast the
+    minibatch terms back to N rows.
+    """
+    memo = dict(replacements)
+    for node in io_toposort([], outputs):
+        new_inputs = [memo.get(variable, variable) for variable in node.inputs]
+        if all(new is old for new, old in zip(new_inputs, node.inputs, strict=True)):
+            continue
+        if isinstance(node.op, Alloc) and len(new_inputs) > 1:
+            if _constant_value(node.inputs[-node.outputs[0].type.ndim]) == n_rows:
+                new_inputs[-node.outputs[0].type.ndim] = batch_length
+        if isinstance(node.op, SpecifyShape) and len(new_inputs) > 1:
+            first = node.inputs[1]
+            if not isinstance(first.type, pytensor.tensor.type_other.NoneTypeT):
+                if _constant_value(first) == n_rows:
+                    new_inputs[1] = pt.constant(None)
+        new_node = node.clone_with_new_inputs(new_inputs, strict=False)
+        for old, new in zip(node.outputs, new_node.outputs, strict=True):
+            memo[old] = new
+    return [memo.get(output, output) for output in outputs]
+
+
+def _data_replacements(model, terms, value_variables, n_rows, indices):
+    """Map every N-row array read by the likelihood to its rows at ``indices``."""
+    replacements = {}
+    for variable in ancestors(terms):
+        if variable.owner is not None or variable.type.ndim == 0:
+            continue
+        if isinstance(variable.type, RandomType):
+            continue
+        if variable in value_variables:
+            if _leading_length_of_value(model, variable) == n_rows:
+                raise MinibatchError(
+                    f"Free variable '{variable.name}' has one entry per observed row "
+                    f"(length {n_rows}); per-row latent variables cannot be minibatched: "
+                    "marginalise them out or sample the model with NUTS."
+                )
+            continue
+        if isinstance(variable, Constant | SharedVariable) and _leading_length(variable) == n_rows:
+            replacements[variable] = variable[indices]
+    return replacements
+
+
+def _leading_length_of_value(model, value_variable) -> int | None:
+    shape = model.initial_point()[value_variable.name].shape
+    return shape[0] if shape else None
+
+
+def build_minibatch_log_density(
+    model: pm.Model,
+    value_variables: list[Variable],
+    shared: dict[Variable, Variable] | None = None,
+) -> MinibatchLogDensity:
+    """Build the minibatch log-density graph of ``model``.
+
+    Parameters
+    ----------
+    model : pm.Model
+        The model, as the user wrote it; it is not modified.
+    value_variables : list of Variable
+        The value variables to sample; they are raveled into one vector.
+    shared : dict, optional
+        Replacements of the other value variables by shared variables (as made
+        by ``pm.make_shared_replacements``), when another step samples them.
+
+    Returns
+    -------
+    MinibatchLogDensity
+        The symbolic estimate and its gradient.
+
+    Raises
+    ------
+    MinibatchError
+        If the model has no observed rows to minibatch, observed variables of
+        different lengths, per-row latent variables or ``pm.Minibatch`` data.
+    """
+    n_rows = _rows_of_observed(model)
+    _refuse_minibatch_ops(model)
+
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    indices = pt.vector("minibatch_indices", dtype="int64")
+    batch_length = indices.shape[0]
+    replacements = _data_replacements(model, terms, set(model.value_vars), n_rows, indices)
+    batch_terms = _rebuild(terms, replacements, n_rows, batch_length)
+
+    scale = pt.cast(n_rows, "float64") / pt.cast(batch_length, "float64")
+    likelihood = pt.constant(0.0, dtype="float64")
+    for rv, term in zip(model.observed_RVs, batch_terms, strict=True):
+        if term.type.ndim == 0:
+            raise MinibatchError(
+                f"The log likelihood of '{rv.name}' does not factor over rows "
+                "(it is one joint term); it cannot be minibatched."
+            )
+        already_scaled = isinstance(rv.owner.op, MinibatchRandomVariable)
+        likelihood = likelihood + (term.sum() if already_scaled else scale * term.sum())
+    prior = model.logp(vars=model.free_RVs + model.potentials)
+    log_density = prior + likelihood
+
+    point = model.initial_point()
+    _check_batch_rows(model, batch_terms, indices, value_variables, point, n_rows)
+    [log_density], position = join_nonshared_inputs(point, [log_density], value_variables, shared)
+    gradient = pytensor.grad(log_density, position)
+    return MinibatchLogDensity(position, indices, log_density, gradient, n_rows)
+
+
+def _check_batch_rows(model, batch_terms, indices, value_variables, point, n_rows):
+    """Evaluate the minibatch terms once and check they have one entry per batch row."""
+    probe = np.arange(2 if n_rows != 2 else 1, dtype="int64")
+    inputs = [indices, *model.value_vars]
+    shapes = pytensor.function(
+        inputs, [term.shape for term in batch_terms], on_unused_input="ignore"
+    )(probe, *(point[v.name] for v in model.value_vars))
+    for rv, shape in zip(model.observed_RVs, shapes, strict=True):
+        if len(shape) == 0 or shape[0] != len(probe):
+            raise MinibatchError(
+                f"The minibatch log likelihood of '{rv.name}' has shape {tuple(shape)} for "
+                f"{len(probe)} rows: some array of the likelihood is not indexed by row; "
+                "give data and covariates their observations on the first axis."
+            )
