@@ -31,8 +31,7 @@ class IndexStream:
             raise TypeError(f"batch_size must be an integer, got {batch_size!r}.")
         if not 1 <= batch_size <= n_rows:
             raise ValueError(
-                f"batch_size must be between 1 and the number of rows ({n_rows}), "
-                f"got {batch_size}."
+                f"batch_size must be between 1 and the number of rows ({n_rows}), got {batch_size}."
             )
         self.n_rows = int(n_rows)
         self.batch_size = int(batch_size)

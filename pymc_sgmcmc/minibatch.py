@@ -25,7 +25,7 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
-from pymc.data import MinibatchIndexRV
+from pymc.data import MinibatchIndexRV, MinibatchOp
 from pymc.pytensorf import join_nonshared_inputs
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
@@ -123,7 +123,8 @@ def _refuse_minibatch_ops(model: pm.Model) -> None:
     """Refuse models that already draw random minibatches with ``pm.Minibatch``."""
     graph = ancestors([model.rvs_to_values[rv] for rv in model.observed_RVs] + model.observed_RVs)
     for variable in graph:
-        if variable.owner is not None and isinstance(variable.owner.op, MinibatchIndexRV):
+        owner = variable.owner
+        if owner is not None and isinstance(owner.op, MinibatchIndexRV | MinibatchOp):
             raise MinibatchError(
                 "The model uses pm.Minibatch, whose random indices make its log density "
                 "random; pass the full data (e.g. pm.Data) instead and let the step "
@@ -162,9 +163,9 @@ def _data_replacements(model, terms, value_variables, n_rows, indices):
     """Map every N-row array read by the likelihood to its rows at ``indices``."""
     replacements = {}
     for variable in ancestors(terms):
-        if variable.owner is not None or variable.type.ndim == 0:
+        if variable.owner is not None or isinstance(variable.type, RandomType):
             continue
-        if isinstance(variable.type, RandomType):
+        if variable.type.ndim == 0:
             continue
         if variable in value_variables:
             if _leading_length_of_value(model, variable) == n_rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import numpy as np
 import pymc as pm
@@ -49,7 +50,7 @@ class StochasticGradientStep(ArrayStepShared):
     name = "stochastic_gradient"
     default_blocked = True
     n_auxiliary = 0
-    stats_dtypes_shapes = {
+    stats_dtypes_shapes: ClassVar[dict] = {
         "step_size": (np.float64, []),
         "gradient_norm": (np.float64, []),
         "log_density": (np.float64, []),
@@ -60,7 +61,7 @@ class StochasticGradientStep(ArrayStepShared):
         self,
         vars=None,
         *,
-        batch_size: int = 100,
+        batch_size: int | None = None,
         step_size=None,
         temperature: float = 1.0,
         steps_per_draw: int = 1,
@@ -85,13 +86,17 @@ class StochasticGradientStep(ArrayStepShared):
                 f"step method (e.g. pm.Metropolis) to {discrete}."
             )
         if not vars:
-            raise ValueError(f"The model has no continuous free variables for {type(self).__name__}.")
+            raise ValueError(
+                f"The model has no continuous free variables for {type(self).__name__}."
+            )
         if not np.isfinite(temperature) or temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}.")
 
         shared = pm.make_shared_replacements(initial_point, vars, model)
         self.density = build_minibatch_log_density(model, vars, shared)
         n_rows = self.density.n_rows
+        if batch_size is None:
+            batch_size = min(100, n_rows)
         self.batches = IndexStream(n_rows, batch_size, replace=replace)
         self.batch_size = self.batches.batch_size
         self.temperature = float(temperature)

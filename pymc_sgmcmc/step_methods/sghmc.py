@@ -27,8 +27,8 @@ class SGHMC(StochasticGradientStep):
     ----------
     vars : list of variables, optional
         Variables to sample; all continuous free variables by default.
-    batch_size : int, default 100
-        Rows per minibatch B.
+    batch_size : int, optional
+        Rows per minibatch B; ``min(100, N)`` by default.
     step_size : float or schedule, optional
         Step size :math:`\eta`. Default ``0.2 * B / N**1.5``.
     friction : float, optional

@@ -23,8 +23,8 @@ class SGLD(StochasticGradientStep):
     ----------
     vars : list of variables, optional
         Variables to sample; all continuous free variables by default.
-    batch_size : int, default 100
-        Rows per minibatch B.
+    batch_size : int, optional
+        Rows per minibatch B; ``min(100, N)`` by default.
     step_size : float or schedule, optional
         Step size :math:`\eta`, a number or a schedule such as
         :class:`~pymc_sgmcmc.PolynomialDecay`. Default ``0.1 * B / N**2``,
