@@ -16,6 +16,7 @@ class KnownPosterior:
     means: dict[str, np.ndarray]
     sds: dict[str, np.ndarray]
     n_rows: int
+    correlation: float | None = None
 
 
 def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> KnownPosterior:
@@ -49,23 +50,29 @@ def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> Kno
     )
 
 
-def correlated_gaussian_mean(n_rows=2000, correlation=0.6, seed=0) -> KnownPosterior:
-    """Mean of a bivariate normal with known covariance: a correlated Gaussian posterior."""
+def correlated_regression(n_rows=2000, correlation=0.5, seed=0) -> KnownPosterior:
+    """Regression with correlated covariates and known noise: a correlated Gaussian posterior.
+
+    With covariates of correlation rho and unit noise, the posterior of the two
+    coefficients is Gaussian with covariance (X'X + I / 100^2)^-1, whose
+    correlation is close to -rho.
+    """
     rng = np.random.default_rng(seed)
     covariance = np.array([[1.0, correlation], [correlation, 1.0]])
-    y = rng.multivariate_normal([0.5, -1.0], covariance, size=n_rows)
-    prior_variance = 100.0**2
+    x = rng.multivariate_normal([0.0, 0.0], covariance, size=n_rows)
+    y = x @ np.array([0.5, -1.0]) + rng.normal(size=n_rows)
+    prior_sd = 100.0
     with pm.Model() as model:
-        mu = pm.MvNormal("mu", mu=np.zeros(2), cov=prior_variance * np.eye(2))
-        pm.MvNormal("y", mu=mu, cov=covariance, observed=y)
-    precision = np.eye(2) / prior_variance + n_rows * np.linalg.inv(covariance)
-    posterior_covariance = np.linalg.inv(precision)
-    mean = posterior_covariance @ (np.linalg.inv(covariance) @ y.sum(axis=0))
+        beta = pm.Normal("beta", 0.0, prior_sd, shape=2)
+        pm.Normal("y", x @ beta, 1.0, observed=y)
+    posterior_covariance = np.linalg.inv(x.T @ x + np.eye(2) / prior_sd**2)
+    sds = np.sqrt(np.diag(posterior_covariance))
     return KnownPosterior(
         model,
-        means={"mu": mean},
-        sds={"mu": np.sqrt(np.diag(posterior_covariance))},
+        means={"beta": posterior_covariance @ x.T @ y},
+        sds={"beta": sds},
         n_rows=n_rows,
+        correlation=posterior_covariance[0, 1] / (sds[0] * sds[1]),
     )
 
 
