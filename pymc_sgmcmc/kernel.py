@@ -8,6 +8,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
+from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = ["Kernel"]
@@ -25,7 +26,9 @@ class Kernel:
     Parameters
     ----------
     density : MinibatchLogDensity
-        Symbolic minibatch estimate of the log density and its gradient.
+        Symbolic minibatch estimate of the log density.
+    estimator : GradientEstimator
+        The gradient estimate the update rule uses.
     update : callable
         Update rule ``update(position, *auxiliary, gradient=, noise=,
         step_size=, **hyperparameters)`` returning the new position, or the
@@ -33,7 +36,8 @@ class Kernel:
     n_auxiliary : int
         Number of auxiliary state vectors (e.g. 1 for a momentum).
     hyperparameters : mapping of str to float or array
-        Values fixing the type (scalar or vector) of each hyperparameter input.
+        Values fixing the type (scalar or vector) of each hyperparameter input;
+        any of them may change between calls without recompiling.
     compile_kwargs : dict, optional
         Passed to :func:`pymc.compile` (e.g. ``mode``).
     """
@@ -41,6 +45,7 @@ class Kernel:
     def __init__(
         self,
         density: MinibatchLogDensity,
+        estimator: GradientEstimator,
         update: Callable,
         n_auxiliary: int,
         hyperparameters: Mapping[str, float | np.ndarray],
@@ -57,16 +62,18 @@ class Kernel:
         new_state = update(
             position,
             *auxiliary,
-            gradient=density.gradient,
+            gradient=estimator.gradient,
             noise=noise,
             step_size=step_size,
             **hyper_inputs,
         )
         if not isinstance(new_state, tuple):
             new_state = (new_state,)
-        outputs = [*new_state, density.log_density, pt.sqrt(pt.sum(density.gradient**2))]
-        inputs = [position, *auxiliary, density.indices, noise, step_size, *hyper_inputs.values()]
-        self.hyperparameter_names = tuple(hyper_inputs)
+        gradient_norm = pt.sqrt(pt.sum(estimator.gradient**2))
+        outputs = [*new_state, density.log_density, gradient_norm]
+        named_inputs = {**hyper_inputs, **estimator.inputs}
+        inputs = [position, *auxiliary, density.indices, noise, step_size, *named_inputs.values()]
+        self.input_names = tuple(named_inputs)
         self.n_auxiliary = n_auxiliary
         self._function = pm.compile(inputs, outputs, **(compile_kwargs or {}))
         self._function.trust_input = True
@@ -78,10 +85,14 @@ class Kernel:
         indices: np.ndarray,
         noise: np.ndarray,
         step_size: float,
-        hyperparameters: Sequence[np.ndarray],
+        named_values: Sequence[np.ndarray],
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...], float, float]:
-        """Take one step; return ``(position, auxiliary, log_density, gradient_norm)``."""
+        """Take one step; return ``(position, auxiliary, log_density, gradient_norm)``.
+
+        ``named_values`` are the hyperparameters and estimator inputs, in the
+        order of :attr:`input_names`.
+        """
         *state, log_density, gradient_norm = self._function(
-            position, *auxiliary, indices, noise, np.asarray(step_size), *hyperparameters
+            position, *auxiliary, indices, noise, np.asarray(step_size), *named_values
         )
         return state[0], tuple(state[1:]), float(log_density), float(gradient_norm)

@@ -52,20 +52,36 @@ class MinibatchLogDensity:
         Flat vector of the sampled (transformed) value variables.
     indices : TensorVariable
         Integer vector of the rows in the minibatch.
-    log_density : TensorVariable
-        ``log prior + (N / B) * minibatch log likelihood`` (terms written with
-        ``total_size=`` are scaled by PyMC itself and not rescaled again).
-    gradient : TensorVariable
-        Gradient of ``log_density`` with respect to ``position``.
+    log_prior : TensorVariable
+        Log prior density of the value variables, with the Jacobians of their
+        transforms and the model's potentials.
+    log_likelihood : TensorVariable
+        ``(N / B) * minibatch log likelihood``, an unbiased estimate of the
+        full-data log likelihood (terms written with ``total_size=`` are
+        scaled by PyMC itself and not rescaled again).
+    prior_gradient, likelihood_gradient : TensorVariable
+        Their gradients with respect to ``position``.
     n_rows : int
         Number of rows N shared by all observed variables.
     """
 
     position: Variable
     indices: Variable
-    log_density: Variable
-    gradient: Variable
+    log_prior: Variable
+    log_likelihood: Variable
+    prior_gradient: Variable
+    likelihood_gradient: Variable
     n_rows: int
+
+    @property
+    def log_density(self) -> Variable:
+        """Minibatch estimate of the log posterior (up to a constant)."""
+        return self.log_prior + self.log_likelihood
+
+    @property
+    def gradient(self) -> Variable:
+        """Gradient of :attr:`log_density` with respect to :attr:`position`."""
+        return self.prior_gradient + self.likelihood_gradient
 
 
 def _leading_length(variable: Variable) -> int | None:
@@ -233,16 +249,24 @@ def build_minibatch_log_density(
         already_scaled = isinstance(rv.owner.op, MinibatchRandomVariable)
         likelihood = likelihood + (term.sum() if already_scaled else scale * term.sum())
     prior = model.logp(vars=model.free_RVs + model.potentials)
-    log_density = prior + likelihood
 
     point = model.initial_point()
-    _check_batch_rows(model, batch_terms, indices, value_variables, point, n_rows)
-    [log_density], position = join_nonshared_inputs(point, [log_density], value_variables, shared)
-    gradient = pytensor.grad(log_density, position)
-    return MinibatchLogDensity(position, indices, log_density, gradient, n_rows)
+    _check_batch_rows(model, batch_terms, indices, point, n_rows)
+    [prior, likelihood], position = join_nonshared_inputs(
+        point, [prior, likelihood], value_variables, shared
+    )
+    return MinibatchLogDensity(
+        position,
+        indices,
+        prior,
+        likelihood,
+        pytensor.grad(prior, position, disconnected_inputs="ignore"),
+        pytensor.grad(likelihood, position, disconnected_inputs="ignore"),
+        n_rows,
+    )
 
 
-def _check_batch_rows(model, batch_terms, indices, value_variables, point, n_rows):
+def _check_batch_rows(model, batch_terms, indices, point, n_rows):
     """Evaluate the minibatch terms once and check they have one entry per batch row."""
     probe = np.arange(2 if n_rows != 2 else 1, dtype="int64")
     inputs = [indices, *model.value_vars]

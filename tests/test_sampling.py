@@ -81,7 +81,8 @@ def test_arviz_functions_run(model):
 
 def test_schedule_decays_across_the_chain_and_restarts_per_chain(model):
     with model:
-        step = SGLD(batch_size=50, step_size=PolynomialDecay(a=1e-4, b=1.0, gamma=0.55))
+        schedule = PolynomialDecay(a=1e-4, b=1.0, gamma=0.55)
+        step = SGLD(batch_size=50, step_size=schedule, steps_per_draw=1)
         result = pm.sample(
             step=step, draws=10, tune=10, chains=2, cores=1, random_seed=1, progressbar=False
         )

@@ -6,6 +6,11 @@ import numpy as np
 
 from pymc_sgmcmc.integrators import underdamped_langevin_update
 from pymc_sgmcmc.step_methods.base import StochasticGradientStep
+from pymc_sgmcmc.tuning import (
+    underdamped_relaxation_steps,
+    underdamped_step_size,
+    underdamped_variance_inflation,
+)
 
 __all__ = ["SGHMC"]
 
@@ -23,29 +28,26 @@ class SGHMC(StochasticGradientStep):
              + \sqrt{2 \eta C \tau}\, \xi, \\
         \theta &\leftarrow \theta + \eta\, r / M.
 
+    With the defaults, every chain adapts itself before its first draw as
+    :class:`~pymc_sgmcmc.SGLD` does; the mass is the inverse of the
+    preconditioner (the posterior scale), the friction damps the slowest
+    direction critically, and the step size is the largest whose predicted
+    variance inflation stays within ``bias_budget``.
+
     Parameters
     ----------
     vars : list of variables, optional
         Variables to sample; all continuous free variables by default.
-    batch_size : int, optional
-        Rows per minibatch B; ``min(100, N)`` by default.
-    step_size : float or schedule, optional
-        Step size :math:`\eta`. Default ``0.2 * B / N**1.5``.
     friction : float, optional
-        Friction :math:`C`. Default ``2 * sqrt(N * mass)``: with the default
-        step size, critical damping and a variance inflation from minibatch
-        noise near 5% when each row carries about unit information on each
-        parameter (standardised data).
-    mass : float, default 1
-        Mass :math:`M` of every coordinate.
-    temperature : float, default 1
-        Temperature :math:`\tau`; 1 samples the posterior.
-    steps_per_draw : int, default 1
-        Inner steps per recorded draw (thinning).
-    replace : bool, default False
-        Draw rows with replacement instead of in shuffled epochs.
-    model, initial_point, compile_kwargs, blocked, rng
-        As for :class:`~pymc_sgmcmc.SGLD`.
+        Friction :math:`C`; chosen from the measured curvatures by default.
+    mass : float or array, optional
+        Diagonal mass :math:`M`; ``1 / preconditioner`` by default.
+    **kwargs
+        ``batch_size``, ``step_size``, ``temperature``, ``steps_per_draw``,
+        ``preconditioner``, ``control_variate``, ``control_variate_refresh``,
+        ``bias_budget``, ``replace``, ``model``, ``initial_point``,
+        ``compile_kwargs``, ``blocked`` and ``rng``, as for
+        :class:`~pymc_sgmcmc.SGLD`.
 
     Notes
     -----
@@ -56,26 +58,54 @@ class SGHMC(StochasticGradientStep):
     name = "sghmc"
     n_auxiliary = 1
 
-    def __init__(self, vars=None, *, friction: float | None = None, mass: float = 1.0, **kwargs):
-        if not np.isfinite(mass) or mass <= 0:
-            raise ValueError(f"mass must be a positive number, got {mass!r}.")
+    def __init__(self, vars=None, *, friction: float | None = None, mass=None, **kwargs):
         if friction is not None and (not np.isfinite(friction) or friction <= 0):
             raise ValueError(f"friction must be a positive number, got {friction!r}.")
-        self.mass = float(mass)
+        if mass is not None and not np.all(np.isfinite(mass) & (np.asarray(mass) > 0)):
+            raise ValueError(f"mass must hold positive finite numbers, got {mass!r}.")
         self.friction = None if friction is None else float(friction)
+        self.mass = None if mass is None else np.asarray(mass, dtype=float)
         super().__init__(vars, **kwargs)
 
-    def hyperparameters(self) -> dict[str, float]:
-        """Return temperature, friction and mass."""
-        friction = self.friction
-        if friction is None:
-            friction = 2.0 * np.sqrt(self.density.n_rows * self.mass)
-        return {"temperature": self.temperature, "friction": friction, "mass": self.mass}
+    def _mass(self, settings) -> np.ndarray:
+        if self.mass is not None:
+            return np.broadcast_to(self.mass, settings.preconditioner.shape).copy()
+        return 1.0 / settings.preconditioner
+
+    def hyperparameters(self, settings):
+        """Return temperature, friction and mass as vectors over the coordinates."""
+        mass = self._mass(settings)
+        if self.friction is not None:
+            friction = np.full_like(mass, self.friction)
+        else:
+            friction = settings.hyperparameters.get("friction", 1.0) * mass
+        return {"temperature": self.temperature, "friction": friction, "mass": mass}
 
     def initial_auxiliary(self, size: int) -> tuple[np.ndarray]:
         """Draw the momentum from its stationary law ``N(0, temperature * mass)``."""
-        scale = np.sqrt(self.temperature * self.mass)
+        scale = np.sqrt(self.temperature * self._mass(self.settings))
         return (scale * self.rng.standard_normal(size),)
+
+    def _scaled_friction(self, curvatures):
+        if self.friction is not None and self.mass is not None:
+            return float(np.median(self.friction / self.mass))
+        return 2.0 * np.sqrt(curvatures[0])
+
+    def choose_step_size(self, curvatures, noise):
+        """Return the largest step size within the bias budget, its friction and relaxation."""
+        friction = self._scaled_friction(curvatures)
+        grid = np.geomspace(curvatures[0], curvatures[1], 8)
+        step_size = underdamped_step_size(self.bias_budget, grid, friction, noise)
+        relaxation = max(underdamped_relaxation_steps(step_size, friction, a) for a in grid)
+        return step_size, {"friction": friction}, relaxation
+
+    def predicted_inflation(self, step_size, curvatures, noise, extra):
+        """Return the largest predicted variance inflation over the curvature range."""
+        friction = extra.get("friction", self._scaled_friction(curvatures))
+        grid = np.geomspace(curvatures[0], curvatures[1], 8)
+        return float(
+            max(underdamped_variance_inflation(step_size, friction, a, noise) for a in grid)
+        )
 
     @staticmethod
     def update(position, momentum, *, gradient, noise, step_size, temperature, friction, mass):
@@ -83,8 +113,3 @@ class SGHMC(StochasticGradientStep):
         return underdamped_langevin_update(
             position, momentum, gradient, noise, step_size, friction, mass, temperature
         )
-
-    @staticmethod
-    def default_step_size(n_rows: int, batch_size: int) -> float:
-        """Return ``0.2 * B / N**1.5``."""
-        return 0.2 * batch_size / n_rows**1.5

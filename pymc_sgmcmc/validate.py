@@ -1,0 +1,148 @@
+"""Validation panel: accuracy and cost of the samplers' defaults.
+
+Run ``python -m pymc_sgmcmc.validate`` to sample every panel model with
+``SGLD(batch_size=...)`` and ``SGHMC(batch_size=...)`` (nothing else set) and
+print, per run, the largest ``|mean error| / sd`` and the sd ratio farthest
+from 1 against the reference posterior (exact, or a long NUTS run computed
+once and cached), the ESS per 1,000 inner steps and the wall time. A run meets
+the accuracy bar when its means lie within 0.1 posterior sd and its sds within
+10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import pymc as pm
+
+from pymc_sgmcmc.diagnostics import accuracy
+from pymc_sgmcmc.panel import (
+    PanelModel,
+    hierarchical_regression,
+    logistic_regression,
+    normal_inverse_gamma_regression,
+    nuts_reference,
+)
+from pymc_sgmcmc.step_methods import SGHMC, SGLD
+
+__all__ = ["PANEL", "main", "run_panel"]
+
+PANEL: dict[str, Callable[[], PanelModel]] = {
+    "nig": lambda: normal_inverse_gamma_regression(n_rows=10_000),
+    "logistic-5k": lambda: nuts_reference(logistic_regression(n_rows=5_000)),
+    "logistic-50k": lambda: nuts_reference(logistic_regression(n_rows=50_000)),
+    "logistic-500k": lambda: nuts_reference(logistic_regression(n_rows=500_000)),
+    "badly-scaled-50k": lambda: nuts_reference(
+        logistic_regression(n_rows=50_000, badly_scaled=True)
+    ),
+    "hierarchical": lambda: nuts_reference(hierarchical_regression()),
+}
+SAMPLERS = {"SGLD": SGLD, "SGHMC": SGHMC}
+HEADER = (
+    "| model | N | sampler | max abs mean error / sd | worst sd ratio | "
+    "ESS per 1,000 inner steps | wall time (s) | bar met |"
+)
+
+
+def run_panel(models, samplers, batch_size=100, draws=1000, tune=100, chains=2, seed=1):
+    """Sample each panel model with each sampler's defaults and yield one result row each.
+
+    Parameters
+    ----------
+    models : sequence of str
+        Keys of :data:`PANEL`.
+    samplers : sequence of str
+        ``"SGLD"`` and/or ``"SGHMC"``.
+    batch_size : int, default 100
+        The one argument given to the samplers.
+    draws, tune, chains, seed : int
+        Passed to :func:`pymc.sample` (sequential chains).
+
+    Yields
+    ------
+    dict
+        ``model``, ``n_rows``, ``sampler``, ``mean_error``, ``sd_ratio``,
+        ``ess_per_1000_steps``, ``seconds`` and ``meets_bar``.
+    """
+    for key in models:
+        panel = PANEL[key]()
+        for sampler in samplers:
+            start = time.perf_counter()
+            with panel.model:
+                step = SAMPLERS[sampler](batch_size=batch_size)
+                result = pm.sample(
+                    step=step,
+                    draws=draws,
+                    tune=tune,
+                    chains=chains,
+                    cores=1,
+                    random_seed=seed,
+                    progressbar=False,
+                    compute_convergence_checks=False,
+                )
+            seconds = time.perf_counter() - start
+            agreement = accuracy(result.posterior, panel.means, panel.sds)
+            inner_steps = float(result.sample_stats["steps_per_draw"].sum())
+            yield {
+                "model": panel.name.split(" N=")[0],
+                "n_rows": panel.n_rows,
+                "sampler": sampler,
+                "mean_error": agreement.mean_error,
+                "sd_ratio": agreement.worst_sd_ratio,
+                "ess_per_1000_steps": 1000 * agreement.min_ess / inner_steps,
+                "seconds": seconds,
+                "meets_bar": agreement.meets(),
+            }
+
+
+def format_row(row: dict) -> str:
+    """Return one result as a Markdown table row."""
+    return (
+        f"| {row['model']} | {row['n_rows']:,} | {row['sampler']} | {row['mean_error']:.3f} | "
+        f"{row['sd_ratio']:.3f} | {row['ess_per_1000_steps']:.1f} | {row['seconds']:.1f} | "
+        f"{'yes' if row['meets_bar'] else 'NO'} |"
+    )
+
+
+def main(argv=None) -> int:
+    """Run the panel from the command line; return 1 if any run misses the bar."""
+    parser = argparse.ArgumentParser(prog="python -m pymc_sgmcmc.validate", description=__doc__)
+    parser.add_argument("--models", nargs="+", default=list(PANEL), choices=list(PANEL))
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--output", help="also write the table to this Markdown file")
+    arguments = parser.parse_args(argv)
+
+    lines = [HEADER, "|" + "---|" * 8]
+    print("\n".join(lines), flush=True)
+    rows = []
+    for row in run_panel(
+        arguments.models,
+        arguments.samplers,
+        batch_size=arguments.batch_size,
+        draws=arguments.draws,
+        chains=arguments.chains,
+    ):
+        rows.append(row)
+        lines.append(format_row(row))
+        print(lines[-1], flush=True)
+    logistic = {(r["n_rows"], r["sampler"]): r for r in rows if r["model"] == "logistic"}
+    for sampler in arguments.samplers:
+        small, large = logistic.get((5_000, sampler)), logistic.get((500_000, sampler))
+        if small and large:
+            ratio = large["ess_per_1000_steps"] / small["ess_per_1000_steps"]
+            line = f"{sampler}: ESS per 1,000 inner steps at N=500,000 / at N=5,000 = {ratio:.2f}"
+            lines.append("\n" + line)
+            print(line)
+    if arguments.output:
+        with open(arguments.output, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+    return 0 if all(row["meets_bar"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Adaptation before the first draw: mode, scale, noise, estimator and step size."""
+
+import logging
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytest
+from pymc.blocking import DictToArrayBijection
+
+from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.adaptation import find_mode, measure
+from pymc_sgmcmc.estimators import DataProbe, control_variate_gradient
+from pymc_sgmcmc.minibatch import build_minibatch_log_density
+from pymc_sgmcmc.panel import correlated_regression, logistic_regression
+
+
+@pytest.fixture(scope="module")
+def gaussian():
+    known = correlated_regression(n_rows=2000, correlation=0.5)
+    density = build_minibatch_log_density(known.model, known.model.value_vars)
+    return known, density, DataProbe(density)
+
+
+def test_mode_of_a_gaussian_posterior_is_its_mean(gaussian):
+    known, _, probe = gaussian
+    rng = np.random.default_rng(0)
+    mode, _, _, _ = find_mode(probe, np.zeros(2), 100, rng)
+    np.testing.assert_allclose(mode, known.means["beta"], atol=1e-6 * known.sds["beta"].min())
+
+
+def test_measured_scale_and_curvatures_of_a_gaussian_posterior(gaussian):
+    known, _, probe = gaussian
+    measurements = measure(probe, 100, np.random.default_rng(1), np.zeros(2))
+    np.testing.assert_allclose(np.sqrt(measurements.laplace_variance), known.sds["beta"], rtol=1e-6)
+    # Scaled by the marginal variances, the precision is the inverse correlation
+    # matrix: eigenvalues 1 / (1 - rho) and 1 / (1 + rho).
+    rho = abs(known.correlation)
+    smallest, largest = measurements.curvatures(measurements.laplace_variance)
+    assert smallest == pytest.approx(1 / (1 + rho), rel=1e-6)
+    assert largest == pytest.approx(1 / (1 - rho), rel=1e-6)
+    assert measurements.log_concave
+
+
+def test_control_variate_estimate_is_exact_on_average_and_quieter(gaussian):
+    known, density, probe = gaussian
+    estimator = control_variate_gradient(density)
+    function = pytensor.function(
+        [density.position, density.indices, *estimator.inputs.values()], estimator.gradient
+    )
+    centre = known.means["beta"] + 0.5 * known.sds["beta"]
+    _, centre_gradient = probe.full_likelihood(centre)
+    position = known.means["beta"] - 0.5 * known.sds["beta"]
+    order = np.random.default_rng(0).permutation(2000)
+    batches = order.reshape(20, 100)
+    estimates = np.array([function(position, rows, centre, centre_gradient) for rows in batches])
+    np.testing.assert_allclose(estimates.mean(axis=0), probe.full(position)[1], rtol=1e-10)
+    plain = np.array([probe.minibatch_gradient(position, rows) for rows in batches])
+    assert np.all(estimates.std(axis=0) < 0.2 * plain.std(axis=0))
+
+
+def run(step, model, draws=20, tune=10, seed=3):
+    with model:
+        return pm.sample(
+            step=step,
+            draws=draws,
+            tune=tune,
+            chains=1,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def large_logistic():
+    return logistic_regression(n_rows=20_000)
+
+
+def test_control_variates_are_chosen_where_they_pay(large_logistic):
+    model = large_logistic.model
+    automatic = run(SGLD(batch_size=50, model=model), model)
+    assert np.asarray(automatic.sample_stats["control_variate"]).all()
+    plain = run(SGLD(batch_size=50, control_variate=False, model=model), model)
+    assert not np.asarray(plain.sample_stats["control_variate"]).any()
+    # Minibatch noise at N / B = 400 forces a far smaller step size.
+    automatic_step = float(automatic.sample_stats["step_size"][0, 0])
+    plain_step = float(plain.sample_stats["step_size"][0, 0])
+    assert plain_step < automatic_step / 20
+
+
+def test_warning_when_the_budget_forces_tiny_steps(large_logistic, caplog):
+    model = large_logistic.model
+    with caplog.at_level(logging.WARNING, logger="pymc"):
+        run(SGLD(batch_size=10, control_variate=False, model=model), model, draws=2, tune=0)
+    assert "control_variate=True" in caplog.text
+
+
+def test_explicit_step_size_wins_and_is_recorded(large_logistic, caplog):
+    model = large_logistic.model
+    with caplog.at_level(logging.WARNING, logger="pymc"):
+        result = run(SGLD(batch_size=50, step_size=0.9, model=model), model, draws=3)
+    np.testing.assert_array_equal(np.asarray(result.sample_stats["step_size"]), 0.9)
+    assert np.all(np.asarray(result.sample_stats["predicted_inflation"]) > 0.05)
+    assert "leave step_size unset" in caplog.text
+
+
+def test_chosen_settings_are_recorded(large_logistic):
+    model = large_logistic.model
+    result = run(SGHMC(batch_size=50, model=model), model)
+    stats = result.sample_stats
+    for name in ("gradient_noise", "predicted_inflation", "step_size"):
+        values = np.asarray(stats[name])
+        assert np.all(np.isfinite(values)) and np.all(values == values[0, 0])
+    assert float(stats["predicted_inflation"][0, 0]) == pytest.approx(0.05, rel=1e-3)
+    assert int(stats["steps_per_draw"][0, 0]) >= 1
+
+
+def test_refreshed_control_variate_keeps_sampling(large_logistic):
+    model = large_logistic.model
+    step = SGLD(batch_size=50, control_variate=True, control_variate_refresh=10, model=model)
+    result = run(step, model, draws=10)
+    assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
+    assert not np.asarray(result.sample_stats["diverging"]).any()
+
+
+def test_fixed_settings_skip_adaptation(large_logistic):
+    model = large_logistic.model
+    step = SGLD(
+        batch_size=50,
+        step_size=1e-6,
+        preconditioner=None,
+        control_variate=False,
+        steps_per_draw=2,
+        model=model,
+    )
+    assert step.probe is None
+    result = run(step, model, draws=2, tune=0)
+    start = DictToArrayBijection.map(model.initial_point()).data
+    # Two tiny steps from the initial point: the chain did not jump to a mode.
+    assert np.abs(np.asarray(result.posterior["beta"])[0, 0] - start).max() < 0.1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"bias_budget": 0.0}, "bias_budget must be between 0 and 1"),
+        ({"preconditioner": "diagonal"}, "preconditioner must be 'auto', None or an array"),
+        ({"preconditioner": -1.0}, "preconditioner must hold positive"),
+        ({"control_variate": "yes"}, "control_variate must be None"),
+        ({"control_variate_refresh": 0}, "control_variate_refresh must be a positive integer"),
+    ],
+)
+def test_bad_adaptation_arguments(large_logistic, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SGLD(model=large_logistic.model, **kwargs)
+
+
+def test_sghmc_bad_mass_and_friction(large_logistic):
+    with pytest.raises(ValueError, match="mass must hold positive"):
+        SGHMC(model=large_logistic.model, mass=0.0)
+    with pytest.raises(ValueError, match="friction must be a positive"):
+        SGHMC(model=large_logistic.model, friction=-1.0)
