@@ -103,7 +103,6 @@ class DataProbe:
             ],
             **self._compile_kwargs,
         )
-        self._hessian = None
 
     def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``."""
@@ -131,12 +130,19 @@ class DataProbe:
             gradient += weight * chunk_gradient
         return total, gradient
 
-    def hessian(self, position, indices):
-        """Return the Hessian of the minibatch log density on ``indices``."""
-        if self._hessian is None:
-            density = self._density
-            matrix = pytensor.gradient.jacobian(density.gradient, density.position, vectorize=True)
-            self._hessian = pytensor.function(
-                [density.position, density.indices], matrix, **self._compile_kwargs
-            )
-        return self._hessian(position, np.asarray(indices, dtype=np.int64))
+    def hessian(self, position, indices, steps):
+        """Return the Hessian of the minibatch log density on ``indices``.
+
+        Central differences of the gradient, with the same rows on both sides
+        (so the minibatch noise cancels) and step ``steps[j]`` along
+        coordinate ``j``; symmetrised.
+        """
+        columns = []
+        for j, step in enumerate(steps):
+            offset = np.zeros_like(position)
+            offset[j] = step
+            forward = self.minibatch_gradient(position + offset, indices)
+            backward = self.minibatch_gradient(position - offset, indices)
+            columns.append((forward - backward) / (2.0 * step))
+        hessian = np.stack(columns, axis=1)
+        return 0.5 * (hessian + hessian.T)

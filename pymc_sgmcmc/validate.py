@@ -6,7 +6,8 @@ print, per run, the largest ``|mean error| / sd`` and the sd ratio farthest
 from 1 against the reference posterior (exact, or a long NUTS run computed
 once and cached), the ESS per 1,000 inner steps and the wall time. A run meets
 the accuracy bar when its means lie within 0.1 posterior sd and its sds within
-10%.
+10%. The default 3,000 draws per chain keep the Monte Carlo error of the
+largest of some fifty mean errors near 0.06 sd, below the bar.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ HEADER = (
 )
 
 
-def run_panel(models, samplers, batch_size=100, draws=1000, tune=100, chains=2, seed=1):
+def run_panel(models, samplers, batch_size=100, draws=3000, tune=100, chains=2, seed=1):
     """Sample each panel model with each sampler's defaults and yield one result row each.
 
     Parameters
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", default=list(PANEL), choices=list(PANEL))
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
     parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--draws", type=int, default=3000)
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--output", help="also write the table to this Markdown file")
     arguments = parser.parse_args(argv)
