@@ -196,7 +196,7 @@ class StochasticGradientStep(ArrayStepShared):
                 self.hyperparameters(settings),
                 compile_kwargs,
             )
-        self.probe = DataProbe(self.density, compile_kwargs) if self._measures() else None
+        self.probe = DataProbe(self.density, compile_kwargs) if self.needs_measurements() else None
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
 
@@ -215,8 +215,8 @@ class StochasticGradientStep(ArrayStepShared):
             raise ValueError("preconditioner must hold positive finite numbers.")
         return values
 
-    def _measures(self) -> bool:
-        """Whether chains need to measure the posterior before sampling."""
+    def needs_measurements(self) -> bool:
+        """Return whether chains must measure the posterior before sampling."""
         fixed = (
             self.step_size is not None
             and not isinstance(self.preconditioner, str)
@@ -245,7 +245,11 @@ class StochasticGradientStep(ArrayStepShared):
         raise NotImplementedError
 
     def default_settings(self, estimator: str, size: int) -> ChainSettings:
-        """Return the settings of a chain that measures nothing."""
+        """Return the settings of a chain that measures nothing.
+
+        They also fix the types of the kernel's inputs at compile time, which
+        is all the placeholder step size of a measuring chain is used for.
+        """
         preconditioner = (
             np.ones(size) if isinstance(self.preconditioner, str) else self.preconditioner
         )

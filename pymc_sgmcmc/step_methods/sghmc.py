@@ -67,6 +67,10 @@ class SGHMC(StochasticGradientStep):
         self.mass = None if mass is None else np.asarray(mass, dtype=float)
         super().__init__(vars, **kwargs)
 
+    def needs_measurements(self) -> bool:
+        """Return whether chains must measure the posterior (also to choose the friction)."""
+        return super().needs_measurements() or self.friction is None
+
     def _mass(self, settings) -> np.ndarray:
         if self.mass is not None:
             return np.broadcast_to(self.mass, settings.preconditioner.shape).copy()
