@@ -33,9 +33,8 @@ with model:
     compiled = time.perf_counter()
     sgld = pm.sample(step=step, tune=1000, draws=1000, chains=2, random_seed=1)
     sampled = time.perf_counter()
-    start = time.perf_counter()
     nuts = pm.sample(chains=2, random_seed=1)
-    nuts_seconds = time.perf_counter() - start
+    nuts_seconds = time.perf_counter() - sampled
 
 sgld_summary = az.summary(sgld, kind="stats")
 nuts_summary = az.summary(nuts, kind="stats")
