@@ -91,8 +91,6 @@ class DataProbe:
     def __init__(self, density, compile_kwargs=None, chunk_rows=50_000):
         self.n_rows = density.n_rows
         self.chunk_rows = int(chunk_rows)
-        self._density = density
-        self._compile_kwargs = compile_kwargs or {}
         self._terms = pytensor.function(
             [density.position, density.indices],
             [
@@ -101,7 +99,7 @@ class DataProbe:
                 density.log_likelihood,
                 density.likelihood_gradient,
             ],
-            **self._compile_kwargs,
+            **(compile_kwargs or {}),
         )
 
     def terms(self, position, indices):
