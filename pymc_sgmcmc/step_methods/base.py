@@ -276,7 +276,7 @@ class StochasticGradientStep(ArrayStepShared):
         self._auxiliary = None
         self._diverged = False
         self.settings = None
-        self._estimator_values = ()
+        self._centre = None
 
     def set_rng(self, rng) -> None:
         """Start a chain with generator ``rng`` (PyMC 5)."""
@@ -293,7 +293,6 @@ class StochasticGradientStep(ArrayStepShared):
         size = position.size
         if self.probe is None:
             self.settings = self.default_settings("minibatch", size)
-            self._centre = None
             return position
         measurements = measure(
             self.probe, self.batch_size, self.rng, position, estimators=tuple(self.kernels)
