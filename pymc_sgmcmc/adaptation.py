@@ -138,8 +138,9 @@ def find_mode(probe: DataProbe, position, batch_size, rng, max_newton_steps=20):
     position = _adam(
         probe, np.array(position, dtype=float), IndexStream(probe.n_rows, batch_size), rng
     )
-    log_density, gradient = probe.full(position)
+    log_density, gradient, likelihood_gradient = probe.full(position)
     hessian = _hessian(probe, position, rng)
+    moved = False
     for _ in range(max_newton_steps):
         direction, _ = _newton_direction(hessian, gradient)
         if gradient @ direction < 1e-8 * position.size:
@@ -147,15 +148,17 @@ def find_mode(probe: DataProbe, position, batch_size, rng, max_newton_steps=20):
         step = 1.0
         while step > 1e-6:
             candidate = position + step * direction
-            candidate_log_density, candidate_gradient = probe.full(candidate)
-            if np.isfinite(candidate_log_density) and candidate_log_density >= log_density:
+            candidate_full = probe.full(candidate)
+            if np.isfinite(candidate_full[0]) and candidate_full[0] >= log_density:
                 break
             step /= 2.0
         else:
             break
-        position, log_density, gradient = candidate, candidate_log_density, candidate_gradient
-    hessian = _hessian(probe, position, rng)
-    _, likelihood_gradient = probe.full_likelihood(position)
+        position = candidate
+        log_density, gradient, likelihood_gradient = candidate_full
+        moved = True
+    if moved:
+        hessian = _hessian(probe, position, rng)
     return position, log_density, likelihood_gradient, hessian
 
 

@@ -112,10 +112,17 @@ class DataProbe:
         return prior_gradient + likelihood_gradient
 
     def full(self, position):
-        """Return the exact log posterior and its gradient, summed over the data in chunks."""
+        """Return the exact log posterior, its gradient and the log-likelihood gradient.
+
+        The likelihood is summed over the data in chunks.
+        """
         log_prior, prior_gradient, _, _ = self.terms(position, np.arange(1))
         log_likelihood, likelihood_gradient = self.full_likelihood(position)
-        return log_prior + log_likelihood, prior_gradient + likelihood_gradient
+        return (
+            log_prior + log_likelihood,
+            prior_gradient + likelihood_gradient,
+            likelihood_gradient,
+        )
 
     def full_likelihood(self, position):
         """Return the full-data log likelihood and its gradient, in chunks of rows."""

@@ -175,7 +175,7 @@ def _rebuild(outputs, replacements, n_rows, batch_length):
     return [memo.get(output, output) for output in outputs]
 
 
-def _data_replacements(model, terms, value_variables, n_rows, indices):
+def _data_replacements(terms, point, value_variables, n_rows, indices):
     """Map every N-row array read by the likelihood to its rows at ``indices``."""
     replacements = {}
     for variable in ancestors(terms):
@@ -184,7 +184,8 @@ def _data_replacements(model, terms, value_variables, n_rows, indices):
         if variable.type.ndim == 0:
             continue
         if variable in value_variables:
-            if _leading_length_of_value(model, variable) == n_rows:
+            shape = point[variable.name].shape
+            if shape and shape[0] == n_rows:
                 raise MinibatchError(
                     f"Free variable '{variable.name}' has one entry per observed row "
                     f"(length {n_rows}); per-row latent variables cannot be minibatched: "
@@ -194,11 +195,6 @@ def _data_replacements(model, terms, value_variables, n_rows, indices):
         if isinstance(variable, Constant | SharedVariable) and _leading_length(variable) == n_rows:
             replacements[variable] = variable[indices]
     return replacements
-
-
-def _leading_length_of_value(model, value_variable) -> int | None:
-    shape = model.initial_point()[value_variable.name].shape
-    return shape[0] if shape else None
 
 
 def build_minibatch_log_density(
@@ -232,10 +228,11 @@ def build_minibatch_log_density(
     n_rows = _rows_of_observed(model)
     _refuse_minibatch_ops(model)
 
+    point = model.initial_point()
     terms = model.logp(vars=model.observed_RVs, sum=False)
     indices = pt.vector("minibatch_indices", dtype="int64")
     batch_length = indices.shape[0]
-    replacements = _data_replacements(model, terms, set(model.value_vars), n_rows, indices)
+    replacements = _data_replacements(terms, point, set(model.value_vars), n_rows, indices)
     batch_terms = _rebuild(terms, replacements, n_rows, batch_length)
 
     scale = pt.cast(n_rows, "float64") / pt.cast(batch_length, "float64")
@@ -249,8 +246,6 @@ def build_minibatch_log_density(
         already_scaled = isinstance(rv.owner.op, MinibatchRandomVariable)
         likelihood = likelihood + (term.sum() if already_scaled else scale * term.sum())
     prior = model.logp(vars=model.free_RVs + model.potentials)
-
-    point = model.initial_point()
     _check_batch_rows(model, batch_terms, indices, point, n_rows)
     [prior, likelihood], position = join_nonshared_inputs(
         point, [prior, likelihood], value_variables, shared
