@@ -203,7 +203,7 @@ def measure(probe: DataProbe, batch_size, rng, position, estimators=("minibatch"
                 gradients = [probe.minibatch_gradient(point, rows) for rows in indices]
             else:
                 gradients = [
-                    _control_variate_gradient(probe, point, rows, mode, likelihood_gradient)
+                    probe.control_variate_gradient(point, rows, mode, likelihood_gradient)
                     for rows in indices
                 ]
             covariance += np.atleast_2d(np.cov(np.asarray(gradients), rowvar=False)) / len(points)
@@ -211,10 +211,3 @@ def measure(probe: DataProbe, batch_size, rng, position, estimators=("minibatch"
     return Measurements(
         mode, likelihood_gradient, hessian, log_concave, variance, factor, noise_covariance
     )
-
-
-def _control_variate_gradient(probe, position, rows, centre, centre_gradient):
-    """Evaluate the control-variate gradient estimate numerically."""
-    _, prior_gradient, _, likelihood_gradient = probe.terms(position, rows)
-    _, _, _, likelihood_gradient_at_centre = probe.terms(centre, rows)
-    return prior_gradient + centre_gradient + likelihood_gradient - likelihood_gradient_at_centre

@@ -111,6 +111,14 @@ class DataProbe:
         _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
         return prior_gradient + likelihood_gradient
 
+    def control_variate_gradient(self, position, indices, centre, centre_gradient):
+        """Return the control-variate gradient estimate (see :func:`control_variate_gradient`)."""
+        _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
+        _, _, _, likelihood_gradient_at_centre = self.terms(centre, indices)
+        return (
+            prior_gradient + centre_gradient + likelihood_gradient - likelihood_gradient_at_centre
+        )
+
     def full(self, position):
         """Return the exact log posterior, its gradient and the log-likelihood gradient.
 

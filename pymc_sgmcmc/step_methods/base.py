@@ -277,6 +277,7 @@ class StochasticGradientStep(ArrayStepShared):
         self._diverged = False
         self.settings = None
         self._centre = None
+        self._kernel_inputs = None
 
     def set_rng(self, rng) -> None:
         """Start a chain with generator ``rng`` (PyMC 5)."""
@@ -361,6 +362,15 @@ class StochasticGradientStep(ArrayStepShared):
         _, likelihood_gradient = self.probe.full_likelihood(position)
         self._centre = (position.copy(), likelihood_gradient)
         self._steps_since_refresh = 0
+        self._kernel_inputs = self._collect_kernel_inputs()
+
+    def _collect_kernel_inputs(self) -> list[np.ndarray]:
+        """Return the kernel's named inputs, fixed for the chain until a re-centring."""
+        named = dict(self.hyperparameters(self.settings))
+        if self.settings.estimator == "control_variate":
+            named["centre"], named["centre_likelihood_gradient"] = self._centre
+        kernel = self.kernels[self.settings.estimator]
+        return [np.asarray(named[name], dtype="float64") for name in kernel.input_names]
 
     # Sampling ---------------------------------------------------------------------
 
@@ -369,6 +379,7 @@ class StochasticGradientStep(ArrayStepShared):
         position = q0.data
         if self.settings is None:
             position = self._start_chain(position)
+            self._kernel_inputs = self._collect_kernel_inputs()
         settings = self.settings
         if self._auxiliary is None:
             self._auxiliary = self.initial_auxiliary(position.size)
@@ -384,10 +395,7 @@ class StochasticGradientStep(ArrayStepShared):
         ):
             self._refresh_centre(position)
         kernel = self.kernels[settings.estimator]
-        named = {**self.hyperparameters(settings)}
-        if settings.estimator == "control_variate":
-            named["centre"], named["centre_likelihood_gradient"] = self._centre
-        values = [np.asarray(named[name], dtype="float64") for name in kernel.input_names]
+        values = self._kernel_inputs
 
         indices = self.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, position.size))
