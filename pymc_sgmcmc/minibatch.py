@@ -193,8 +193,20 @@ def _data_replacements(terms, point, value_variables, n_rows, indices):
                 )
             continue
         if isinstance(variable, Constant | SharedVariable) and _leading_length(variable) == n_rows:
-            replacements[variable] = variable[indices]
+            replacements[variable] = _as_input(variable)[indices]
     return replacements
+
+
+def _as_input(variable: Variable) -> Variable:
+    """Return data held as a constant as a shared variable over the same array.
+
+    Compiled functions then read the data as an input instead of embedding it
+    in their code, so they compile (and are cached) independently of N.
+    """
+    if isinstance(variable, SharedVariable):
+        return variable
+    shape = (None, *variable.type.shape[1:])
+    return pytensor.shared(variable.data, name=variable.name or "data", shape=shape, borrow=True)
 
 
 def build_minibatch_log_density(
@@ -235,7 +247,10 @@ def build_minibatch_log_density(
     replacements = _data_replacements(terms, point, set(model.value_vars), n_rows, indices)
     batch_terms = _rebuild(terms, replacements, n_rows, batch_length)
 
-    scale = pt.cast(n_rows, "float64") / pt.cast(batch_length, "float64")
+    # N is read from the data, not written into the graph as a number, so the
+    # compiled code is the same for data sets of any length.
+    data_rows = next(iter(replacements.values())).owner.inputs[0].shape[0]
+    scale = pt.cast(data_rows, "float64") / pt.cast(batch_length, "float64")
     likelihood = pt.constant(0.0, dtype="float64")
     for rv, term in zip(model.observed_RVs, batch_terms, strict=True):
         if term.type.ndim == 0:
