@@ -1,27 +1,62 @@
-"""Compiled inner step: minibatch gradient estimate followed by an update rule."""
+"""Fused compiled kernel: many inner steps of a sampler in one compiled call."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.replace import graph_replace
+from pytensor.scan.utils import until
 
 from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["Kernel"]
+__all__ = ["Kernel", "KernelResult"]
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """What one call of a :class:`Kernel` returns.
+
+    Attributes
+    ----------
+    position : ndarray
+        State after the last finite inner step.
+    auxiliary : tuple of ndarray
+        Auxiliary state (e.g. momentum) after the last finite inner step.
+    log_density : float
+        Minibatch log-density estimate at ``position``, on the last batch.
+    gradient_norm : float
+        Norm of the gradient estimate at the start of the last inner step.
+    steps_taken : int
+        Inner steps whose result is finite; fewer than requested only when a
+        step produced a non-finite state or gradient, and the loop stopped.
+    """
+
+    position: np.ndarray
+    auxiliary: tuple
+    log_density: float
+    gradient_norm: float
+    steps_taken: int
 
 
 class Kernel:
-    """One inner step of a stochastic-gradient sampler, compiled by PyTensor.
+    """K inner steps of a stochastic-gradient sampler, compiled by PyTensor.
 
-    The compiled function reads the state, a batch of row indices, a standard
-    normal draw and the step size, and returns the new state together with
-    the minibatch log-density estimate and the gradient norm at the old state.
-    Random numbers are drawn outside the graph by the caller, from the chain's
-    generator, so a chain is reproducible from its seed alone.
+    One call reads the state, the row indices of K minibatches (a K x B
+    integer array), K standard normal draws (K x D) and K step sizes, and runs
+    all K steps in a compiled ``scan``. Random numbers are drawn outside the
+    graph by the caller, from the chain's generator, in one go per call, so a
+    chain is reproducible from its seed alone. The loop stops early, keeping
+    the last finite state, when a step produces a non-finite state or
+    gradient.
+
+    Only the minibatch rows are read at each step: the graph indexes the data
+    with the batch's indices, so the cost of a step does not depend on N.
 
     Parameters
     ----------
@@ -39,7 +74,8 @@ class Kernel:
         Values fixing the type (scalar or vector) of each hyperparameter input;
         any of them may change between calls without recompiling.
     compile_kwargs : dict, optional
-        Passed to :func:`pymc.compile` (e.g. ``mode``).
+        Passed to :func:`pymc.compile`, e.g. ``{"mode": "NUMBA"}`` to choose
+        PyTensor's backend.
     """
 
     def __init__(
@@ -70,12 +106,67 @@ class Kernel:
         if not isinstance(new_state, tuple):
             new_state = (new_state,)
         gradient_norm = pt.sqrt(pt.sum(estimator.gradient**2))
-        outputs = [*new_state, density.log_density, gradient_norm]
+        state_inputs = [position, *auxiliary]
+        checked = pt.concatenate([gradient_norm[None], new_state[0]])
+        finite = ~(pt.any(pt.isnan(checked)) | pt.any(pt.isinf(checked)))
+        # A non-finite step keeps the old state and ends the loop.
+        kept_state = [
+            pt.switch(finite, new, old) for new, old in zip(new_state, state_inputs, strict=True)
+        ]
+        step_outputs = [*kept_state, gradient_norm, finite]
+
         named_inputs = {**hyper_inputs, **estimator.inputs}
-        inputs = [position, *auxiliary, density.indices, noise, step_size, *named_inputs.values()]
+        sequence_inputs = [density.indices, noise, step_size]
+
+        placeholders = [*sequence_inputs, *state_inputs, *named_inputs.values()]
+
+        def inner_step(*arguments):
+            # scan passes the sequences, then the state, then the non-sequences.
+            *new, norm, is_finite = graph_replace(
+                step_outputs, dict(zip(placeholders, arguments, strict=True)), strict=False
+            )
+            return [*new, norm, is_finite], until(pt.eq(is_finite, 0))
+
+        batch_indices = pt.matrix("batch_indices", dtype=density.indices.dtype)
+        noises = pt.matrix("noises", dtype="float64")
+        step_sizes = pt.vector("step_sizes", dtype="float64")
+        initial_state = [
+            pt.vector(f"initial_{i}", dtype="float64") for i in range(len(state_inputs))
+        ]
+        named_values = [
+            pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
+            for name, variable in named_inputs.items()
+        ]
+        outputs, _ = pytensor.scan(
+            inner_step,
+            sequences=[batch_indices, noises, step_sizes],
+            outputs_info=[*initial_state, None, None],
+            non_sequences=named_values,
+            n_steps=batch_indices.shape[0],
+            strict=False,
+            return_list=True,
+        )
+        *states, norms, finite_steps = outputs
+        steps_taken = pt.sum(finite_steps)
+        results = [s[-1] for s in states]
+        # The log density is a statistic only: evaluated once, at the returned
+        # position with the last batch, not inside the loop.
+        log_density = graph_replace(
+            density.log_density,
+            {density.position: results[0], density.indices: batch_indices[-1]},
+            strict=False,
+        )
+        inputs = [*initial_state, batch_indices, noises, step_sizes, *named_values]
         self.input_names = tuple(named_inputs)
         self.n_auxiliary = n_auxiliary
-        self._function = pm.compile(inputs, outputs, **(compile_kwargs or {}))
+        # Numba's fast-math flags let LLVM assume values are finite, which would
+        # remove the divergence check; the kernel is compiled without them.
+        with pytensor.config.change_flags(numba__fastmath=False):
+            self._function = pm.compile(
+                inputs,
+                [*results, log_density, norms[-1], steps_taken],
+                **(compile_kwargs or {}),
+            )
         self._function.trust_input = True
 
     def __call__(
@@ -84,15 +175,19 @@ class Kernel:
         auxiliary: Sequence[np.ndarray],
         indices: np.ndarray,
         noise: np.ndarray,
-        step_size: float,
+        step_sizes: np.ndarray,
         named_values: Sequence[np.ndarray],
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...], float, float]:
-        """Take one step; return ``(position, auxiliary, log_density, gradient_norm)``.
+    ) -> KernelResult:
+        """Take ``len(indices)`` inner steps from ``position``.
 
-        ``named_values`` are the hyperparameters and estimator inputs, in the
-        order of :attr:`input_names`.
+        ``indices`` holds one minibatch of row indices per row, ``noise`` one
+        standard normal draw per row and ``step_sizes`` one step size per
+        step. ``named_values`` are the hyperparameters and estimator inputs,
+        in the order of :attr:`input_names`.
         """
-        *state, log_density, gradient_norm = self._function(
-            position, *auxiliary, indices, noise, np.asarray(step_size), *named_values
+        *state, log_density, gradient_norm, steps_taken = self._function(
+            position, *auxiliary, indices, noise, step_sizes, *named_values
         )
-        return state[0], tuple(state[1:]), float(log_density), float(gradient_norm)
+        return KernelResult(
+            state[0], tuple(state[1:]), float(log_density), float(gradient_norm), int(steps_taken)
+        )

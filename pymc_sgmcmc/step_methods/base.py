@@ -23,6 +23,14 @@ __all__ = ["ChainSettings", "StochasticGradientStep"]
 
 _log = logging.getLogger("pymc")
 
+#: PyTensor backend of the compiled kernels unless ``compile_kwargs`` names a
+#: ``mode``. Numba ships with PyTensor and runs a fused loop of minibatch steps
+#: several times faster than the C backend (see docs/performance.md).
+DEFAULT_MODE = "NUMBA"
+
+#: Builders of the gradient estimators, by name.
+GRADIENT_ESTIMATORS = {"minibatch": minibatch_gradient, "control_variate": control_variate_gradient}
+
 #: Relative cost of one inner step of each gradient estimator.
 ESTIMATOR_COST = {"minibatch": 1.0, "control_variate": 2.0}
 
@@ -159,6 +167,7 @@ class StochasticGradientStep(ArrayStepShared):
                 f"control_variate must be None (automatic), True or False, got {control_variate!r}."
             )
 
+        compile_kwargs = {"mode": DEFAULT_MODE, **(compile_kwargs or {})}
         shared = pm.make_shared_replacements(initial_point, vars, model)
         self.density = build_minibatch_log_density(model, vars, shared)
         n_rows = self.density.n_rows
@@ -178,24 +187,18 @@ class StochasticGradientStep(ArrayStepShared):
             else _positive_integer("control_variate_refresh", control_variate_refresh)
         )
         size = sum(int(np.prod(initial_point[v.name].shape, dtype=int)) for v in vars)
+        self._size = size
         self.preconditioner = self._check_preconditioner(preconditioner, size)
         estimators = {
             None: ("minibatch", "control_variate"),
             True: ("control_variate",),
             False: ("minibatch",),
         }[control_variate]
-        builders = {"minibatch": minibatch_gradient, "control_variate": control_variate_gradient}
-        self.kernels = {}
-        for name in estimators:
-            settings = self.default_settings(name, size)
-            self.kernels[name] = Kernel(
-                self.density,
-                builders[name](self.density),
-                self.update,
-                self.n_auxiliary,
-                self.hyperparameters(settings),
-                compile_kwargs,
-            )
+        self.estimators = estimators
+        self._compile_kwargs = compile_kwargs
+        self._kernels = {}
+        if not self.needs_measurements():
+            self.kernel("minibatch")
         self.probe = DataProbe(self.density, compile_kwargs) if self.needs_measurements() else None
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
@@ -220,10 +223,28 @@ class StochasticGradientStep(ArrayStepShared):
         fixed = (
             self.step_size is not None
             and not isinstance(self.preconditioner, str)
-            and set(self.kernels) == {"minibatch"}
+            and self.estimators == ("minibatch",)
             and self.steps_per_draw is not None
         )
         return not fixed
+
+    def kernel(self, estimator: str) -> Kernel:
+        """Return the compiled kernel using ``estimator``, compiling it on first use.
+
+        A chain compiles only the kernel its adaptation chooses; the compiled
+        kernel is kept for the chains that follow.
+        """
+        if estimator not in self._kernels:
+            settings = self.default_settings(estimator, self._size)
+            self._kernels[estimator] = Kernel(
+                self.density,
+                GRADIENT_ESTIMATORS[estimator](self.density),
+                self.update,
+                self.n_auxiliary,
+                self.hyperparameters(settings),
+                self._compile_kwargs,
+            )
+        return self._kernels[estimator]
 
     # Subclass interface -------------------------------------------------------
 
@@ -296,7 +317,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.settings = self.default_settings("minibatch", size)
             return position
         measurements = measure(
-            self.probe, self.batch_size, self.rng, position, estimators=tuple(self.kernels)
+            self.probe, self.batch_size, self.rng, position, estimators=self.estimators
         )
         if not measurements.log_concave:
             _log.warning(
@@ -317,7 +338,7 @@ class StochasticGradientStep(ArrayStepShared):
         )
         curvatures = measurements.curvatures(preconditioner)
         candidates = []
-        for estimator in self.kernels:
+        for estimator in self.estimators:
             noise = measurements.noise(estimator, preconditioner)
             step_size, extra, relaxation = self.choose_step_size(curvatures, noise)
             cost = relaxation * ESTIMATOR_COST[estimator]
@@ -369,7 +390,7 @@ class StochasticGradientStep(ArrayStepShared):
         named = dict(self.hyperparameters(self.settings))
         if self.settings.estimator == "control_variate":
             named["centre"], named["centre_likelihood_gradient"] = self._centre
-        kernel = self.kernels[self.settings.estimator]
+        kernel = self.kernel(self.settings.estimator)
         return [np.asarray(named[name], dtype="float64") for name in kernel.input_names]
 
     # Sampling ---------------------------------------------------------------------
@@ -394,26 +415,19 @@ class StochasticGradientStep(ArrayStepShared):
             and self._steps_since_refresh >= self.control_variate_refresh
         ):
             self._refresh_centre(position)
-        kernel = self.kernels[settings.estimator]
+        kernel = self.kernel(settings.estimator)
         values = self._kernel_inputs
 
         indices = self.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, position.size))
-        auxiliary = self._auxiliary
-        log_density = gradient_norm = np.nan
-        for k in range(n_steps):
-            new_position, new_auxiliary, log_density, gradient_norm = kernel(
-                position, auxiliary, indices[k], noise[k], step_sizes[k], values
-            )
-            if not (np.isfinite(gradient_norm) and np.all(np.isfinite(new_position))):
-                self._diverge(step_sizes[k])
-                break
-            position, auxiliary = new_position, new_auxiliary
-        self._auxiliary = auxiliary
-        self._steps_taken += n_steps
-        self._steps_since_refresh += n_steps
-        stats = self._stats(step_sizes[-1], log_density, gradient_norm)
-        return RaveledVars(position, q0.point_map_info), [stats]
+        result = kernel(position, self._auxiliary, indices, noise, step_sizes, values)
+        self._auxiliary = result.auxiliary
+        self._steps_taken += result.steps_taken
+        self._steps_since_refresh += result.steps_taken
+        if result.steps_taken < n_steps:
+            self._diverge(step_sizes[result.steps_taken])
+        stats = self._stats(step_sizes[-1], result.log_density, result.gradient_norm)
+        return RaveledVars(result.position, q0.point_map_info), [stats]
 
     def _diverge(self, step_size: float) -> None:
         self._diverged = True

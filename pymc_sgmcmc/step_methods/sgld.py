@@ -64,7 +64,8 @@ class SGLD(StochasticGradientStep):
     initial_point : dict, optional
         Point used to build the graphs; ``model.initial_point()`` by default.
     compile_kwargs : dict, optional
-        Passed to :func:`pymc.compile` (e.g. ``{"mode": "NUMBA"}``).
+        Passed to :func:`pymc.compile`; ``{"mode": "NUMBA"}`` unless it names
+        another ``mode`` (e.g. ``"FAST_RUN"`` for the C backend, ``"JAX"``).
     blocked, rng
         As for every PyMC step method.
 

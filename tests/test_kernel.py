@@ -1,0 +1,159 @@
+"""The fused kernel: K inner steps in one compiled call, O(B) work per step."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.scan.op import Scan
+from pytensor.scan.utils import ScanArgs
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
+
+from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.estimators import control_variate_gradient, minibatch_gradient
+from pymc_sgmcmc.integrators import langevin_update, underdamped_langevin_update
+from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.minibatch import build_minibatch_log_density
+
+N_ROWS = 400
+#: Operations that read the data in O(B): gathering rows, reading its length.
+ROW_ACCESS = AdvancedSubtensor | AdvancedSubtensor1 | Shape | Shape_i
+
+
+@pytest.fixture(scope="module")
+def model():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(N_ROWS, 3))
+    y = rng.random(N_ROWS) < 1 / (1 + np.exp(-x @ np.array([1.0, -0.5, 0.2])))
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Bernoulli("y", logit_p=x @ beta, observed=y.astype("int64"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def density(model):
+    return build_minibatch_log_density(model, model.value_vars)
+
+
+def inputs(n_steps, size=3, batch=20, seed=0):
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(N_ROWS, size=(n_steps, batch))
+    noise = rng.standard_normal((n_steps, size))
+    return indices, noise
+
+
+def test_fused_steps_equal_the_update_rule_applied_step_by_step(density):
+    """K fused SGHMC steps with control variates reproduce the numpy recursion."""
+    estimator = control_variate_gradient(density)
+    hyper = {"temperature": 1.0, "friction": np.full(3, 2.0), "mass": np.full(3, 1.5)}
+    kernel = Kernel(density, estimator, SGHMC.update, 1, hyper)
+    gradient = pm.compile(
+        [density.position, density.indices, *estimator.inputs.values()], estimator.gradient
+    )
+    centre = np.array([0.5, -0.3, 0.1])
+    centre_gradient = np.array([3.0, -2.0, 1.0])
+    named = {**hyper, "centre": centre, "centre_likelihood_gradient": centre_gradient}
+    values = [np.asarray(named[name], dtype="float64") for name in kernel.input_names]
+    indices, noise = inputs(7)
+    step_sizes = np.linspace(0.01, 0.02, 7)
+    position, momentum = np.array([0.2, 0.1, -0.1]), np.array([0.3, -0.2, 0.0])
+
+    result = kernel(position, (momentum,), indices, noise, step_sizes, values)
+
+    for k in range(7):
+        g = gradient(position, indices[k], centre, centre_gradient)
+        position, momentum = underdamped_langevin_update(
+            position, momentum, g, noise[k], step_sizes[k], 2.0, 1.5, 1.0
+        )
+    assert result.steps_taken == 7
+    np.testing.assert_allclose(result.position, position, rtol=1e-10)
+    np.testing.assert_allclose(result.auxiliary[0], momentum, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", "FAST_RUN"])
+def test_backends_run_the_same_recursion(density, mode):
+    """SGLD's fused steps agree with numpy on the Numba and the C backend."""
+    hyper = {"temperature": 1.0, "preconditioner": np.full(3, 0.5)}
+    kernel = Kernel(density, minibatch_gradient(density), SGLD.update, 0, hyper, {"mode": mode})
+    gradient = pm.compile([density.position, density.indices], density.gradient)
+    indices, noise = inputs(5, seed=1)
+    position = np.zeros(3)
+    values = [np.asarray(hyper[name], dtype="float64") for name in kernel.input_names]
+    result = kernel(position, (), indices, noise, np.full(5, 1e-3), values)
+    for k in range(5):
+        position = langevin_update(
+            position, gradient(position, indices[k]), noise[k], 1e-3, 1.0, 0.5
+        )
+    np.testing.assert_allclose(result.position, position, rtol=1e-10)
+
+
+def test_loop_stops_at_the_last_finite_state(density):
+    hyper = {"temperature": 1.0, "preconditioner": np.ones(3)}
+    kernel = Kernel(density, minibatch_gradient(density), SGLD.update, 0, hyper)
+    values = [np.asarray(hyper[name], dtype="float64") for name in kernel.input_names]
+    indices, noise = inputs(6, seed=2)
+    step_sizes = np.array([1e-3, 1e-3, 1e-3, np.inf, 1e-3, 1e-3])
+    result = kernel(np.zeros(3), (), indices, noise, step_sizes, values)
+    prefix = kernel(np.zeros(3), (), indices[:3], noise[:3], step_sizes[:3], values)
+    assert result.steps_taken == 3
+    np.testing.assert_array_equal(result.position, prefix.position)
+    assert np.all(np.isfinite(result.position))
+
+
+def data_uses(fgraph, data):
+    """Return the ops that read any variable in ``data``, looking inside scans."""
+    ops = []
+    for node in fgraph.apply_nodes:
+        for variable in node.inputs:
+            if variable not in data:
+                continue
+            if isinstance(node.op, Scan):
+                args = ScanArgs.from_node(node)
+                pairs = [
+                    *zip(args.outer_in_non_seqs, args.inner_in_non_seqs, strict=True),
+                    *zip(args.outer_in_seqs, args.inner_in_seqs, strict=True),
+                ]
+                inner = {inner for outer, inner in pairs if outer is variable}
+                assert inner, "data must reach a scan as a sequence or non-sequence"
+                ops.extend(data_uses(node.op.fgraph, inner))
+            else:
+                ops.append(node.op)
+    return ops
+
+
+def full_data(fgraph):
+    return {
+        variable
+        for variable in fgraph.inputs + list(fgraph.variables)
+        if isinstance(variable, SharedVariable | Constant)
+        and variable.type.ndim >= 1
+        and np.shape(
+            variable.get_value() if isinstance(variable, SharedVariable) else variable.data
+        )[0]
+        == N_ROWS
+    }
+
+
+def test_compiled_kernel_reads_only_minibatch_rows(model):
+    """Every use of the N-row data in the compiled kernel is a row gather (or reads N)."""
+    with model:
+        step = SGHMC(batch_size=20, step_size=1e-3, preconditioner=None, steps_per_draw=4)
+    for estimator in ("minibatch", "control_variate"):
+        fgraph = step.kernel(estimator)._function.maker.fgraph
+        data = full_data(fgraph)
+        assert data, "the kernel must read the data"
+        uses = data_uses(fgraph, data)
+        assert uses
+        assert any(isinstance(op, AdvancedSubtensor | AdvancedSubtensor1) for op in uses)
+        assert all(isinstance(op, ROW_ACCESS) for op in uses), uses
+
+
+def test_full_data_check_catches_a_full_pass(model):
+    """Negative control: the model's own gradient reads all rows directly."""
+    function = model.compile_dlogp()
+    fgraph = function.f.maker.fgraph
+    uses = data_uses(fgraph, full_data(fgraph))
+    assert uses
+    assert not all(isinstance(op, ROW_ACCESS) for op in uses)
