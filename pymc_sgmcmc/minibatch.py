@@ -84,6 +84,11 @@ class MinibatchLogDensity:
         return self.prior_gradient + self.likelihood_gradient
 
 
+#: Shape entries are scalar graphs evaluated once: compiling them for speed
+#: would cost far more than running them.
+_SHAPE_MODE = "FAST_COMPILE"
+
+
 def _leading_length(variable: Variable) -> int | None:
     """Return the length of the first axis of a data variable, if it has one."""
     if variable.type.ndim == 0:
@@ -92,7 +97,7 @@ def _leading_length(variable: Variable) -> int | None:
         return int(np.shape(variable.data)[0])
     if isinstance(variable, SharedVariable):
         return int(np.shape(variable.get_value(borrow=True))[0])
-    return int(variable.shape[0].eval())
+    return int(variable.shape[0].eval(mode=_SHAPE_MODE))
 
 
 def _constant_value(variable: Variable) -> int | None:
@@ -101,7 +106,7 @@ def _constant_value(variable: Variable) -> int | None:
         return int(variable.data)
     inputs = [v for v in ancestors([variable]) if v.owner is None]
     if all(isinstance(v, Constant | SharedVariable) for v in inputs):
-        return int(variable.eval())
+        return int(variable.eval(mode=_SHAPE_MODE))
     return None
 
 
@@ -281,7 +286,7 @@ def _check_batch_rows(model, batch_terms, indices, point, n_rows):
     probe = np.arange(2 if n_rows != 2 else 1, dtype="int64")
     inputs = [indices, *model.value_vars]
     shapes = pytensor.function(
-        inputs, [term.shape for term in batch_terms], on_unused_input="ignore"
+        inputs, [term.shape for term in batch_terms], on_unused_input="ignore", mode=_SHAPE_MODE
     )(probe, *(point[v.name] for v in model.value_vars))
     for rv, shape in zip(model.observed_RVs, shapes, strict=True):
         if len(shape) == 0 or shape[0] != len(probe):
