@@ -1,9 +1,10 @@
 """What a chain measures before it samples: mode, scale, gradient noise.
 
-At the start of every chain (during ``tune``), :func:`find_mode` locates a mode
-of the posterior, first by Adam on minibatch gradients and then by damped
-Newton steps with full-data gradients summed in chunks and a Hessian
-estimated from a large minibatch. :func:`measure` then estimates, around that
+At the start of sampling (during ``tune``), :func:`find_mode` locates a mode
+of the posterior, first by Adam on minibatch gradients, then (on large data)
+by Newton steps on a subsample, and finally by damped Newton steps with
+full-data gradients summed in chunks, all with a Hessian estimated from a
+large minibatch. :func:`measure` then estimates, around that
 mode, the quantities the step-size rules of :mod:`pymc_sgmcmc.tuning` need:
 the posterior scale (the diagonal preconditioner), the range of curvatures in
 preconditioned coordinates, and the variance of each gradient estimator.
@@ -112,8 +113,49 @@ def _newton_direction(hessian, gradient):
         return gradient / scale, False
 
 
-def find_mode(probe: DataProbe, position, batch_size, rng, max_newton_steps=20):
+def _newton(evaluate, position, hessian, max_steps, tolerance):
+    """Climb ``evaluate`` by damped Newton steps with a fixed Hessian.
+
+    ``evaluate(position)`` returns ``(log_density, gradient, extra)``. Stops
+    when the Newton decrement (squared distance to the mode in posterior sds)
+    falls below ``tolerance``. Returns the final position, its evaluation and
+    whether it moved.
+    """
+    current = evaluate(position)
+    moved = False
+    for _ in range(max_steps):
+        direction, _ = _newton_direction(hessian, current[1])
+        if current[1] @ direction < tolerance:
+            break
+        step = 1.0
+        while step > 1e-6:
+            candidate = position + step * direction
+            evaluated = evaluate(candidate)
+            if np.isfinite(evaluated[0]) and evaluated[0] >= current[0]:
+                break
+            step /= 2.0
+        else:
+            break
+        position, current, moved = candidate, evaluated, True
+    return position, current, moved
+
+
+def find_mode(
+    probe: DataProbe,
+    position,
+    batch_size,
+    rng,
+    max_newton_steps=20,
+    subsample_rows=50_000,
+    tolerance=1e-4,
+):
     """Find a posterior mode.
+
+    Adam on minibatch gradients comes first. On more than four times
+    ``subsample_rows`` rows, Newton steps on the likelihood of one random
+    subsample of that many rows (scaled to N) come next, which brings the
+    position to within a few sds of the mode at a fraction of a full pass per
+    step. Newton steps with full-data gradients finish.
 
     Parameters
     ----------
@@ -124,39 +166,40 @@ def find_mode(probe: DataProbe, position, batch_size, rng, max_newton_steps=20):
     batch_size : int
         Rows per minibatch for the Adam stage.
     rng : numpy.random.Generator
-        The chain's generator.
+        Generator of the minibatches and subsamples.
     max_newton_steps : int, default 20
-        Most Newton steps after Adam.
+        Most Newton steps per stage.
+    subsample_rows : int, default 50,000
+        Rows of the subsample stage.
+    tolerance : float, default 1e-4
+        Newton decrement at which a stage stops: the position is then within
+        about 0.01 posterior sd of the mode.
 
     Returns
     -------
     mode, log_density, likelihood_gradient, hessian : ndarray, float, ndarray, ndarray
         The mode, the full log density and log-likelihood gradient there, and
-        the Hessian there. The Newton steps reuse the Hessian estimated after
-        the Adam stage.
+        the Hessian there.
     """
     position = _adam(
         probe, np.array(position, dtype=float), IndexStream(probe.n_rows, batch_size), rng
     )
-    log_density, gradient, likelihood_gradient = probe.full(position)
     hessian = _hessian(probe, position, rng)
-    moved = False
-    for _ in range(max_newton_steps):
-        direction, _ = _newton_direction(hessian, gradient)
-        if gradient @ direction < 1e-8 * position.size:
-            break
-        step = 1.0
-        while step > 1e-6:
-            candidate = position + step * direction
-            candidate_full = probe.full(candidate)
-            if np.isfinite(candidate_full[0]) and candidate_full[0] >= log_density:
-                break
-            step /= 2.0
-        else:
-            break
-        position = candidate
-        log_density, gradient, likelihood_gradient = candidate_full
-        moved = True
+    if probe.n_rows > 4 * subsample_rows:
+        rows = np.sort(rng.choice(probe.n_rows, subsample_rows, replace=False))
+
+        def on_subsample(point):
+            log_prior, prior_gradient, log_likelihood, likelihood_gradient = probe.terms(
+                point, rows
+            )
+            return log_prior + log_likelihood, prior_gradient + likelihood_gradient, None
+
+        position, _, moved = _newton(on_subsample, position, hessian, max_newton_steps, tolerance)
+        if moved:
+            hessian = _hessian(probe, position, rng)
+    position, (log_density, _, likelihood_gradient), moved = _newton(
+        probe.full, position, hessian, max_newton_steps, tolerance
+    )
     if moved:
         hessian = _hessian(probe, position, rng)
     return position, log_density, likelihood_gradient, hessian

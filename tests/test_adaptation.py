@@ -162,3 +162,25 @@ def test_sghmc_bad_mass_and_friction(large_logistic):
         SGHMC(model=large_logistic.model, mass=0.0)
     with pytest.raises(ValueError, match="friction must be a positive"):
         SGHMC(model=large_logistic.model, friction=-1.0)
+
+
+def test_subsample_newton_stage_reaches_the_same_mode():
+    panel = logistic_regression(n_rows=24_000)
+    density = build_minibatch_log_density(panel.model, panel.model.value_vars)
+    probe = DataProbe(density, chunk_rows=4_000)
+    batch_rows = []
+    terms = probe.terms
+    probe.terms = lambda position, rows: batch_rows.append(len(rows)) or terms(position, rows)
+
+    def mode(subsample_rows):
+        batch_rows.clear()
+        result = find_mode(
+            probe, np.zeros(10), 100, np.random.default_rng(2), subsample_rows=subsample_rows
+        )
+        return result, set(batch_rows)
+
+    (direct, _, _, hessian), direct_rows = mode(subsample_rows=24_000)
+    (staged, _, _, _), staged_rows = mode(subsample_rows=3_000)
+    assert 3_000 in staged_rows and 3_000 not in direct_rows
+    sds = np.sqrt(np.diag(np.linalg.inv(-hessian)))
+    np.testing.assert_array_less(np.abs(staged - direct) / sds, 0.01)

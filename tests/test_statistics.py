@@ -75,7 +75,7 @@ def test_sgld_with_minibatch_noise_matches_exact_regression(regression, sgld_reg
 
 
 def test_sghmc_with_minibatch_noise_matches_exact_regression(regression):
-    draws = sample(regression, lambda: SGHMC(batch_size=BATCH_SIZE, control_variate=False), 2000, 2)
+    draws = sample(regression, lambda: SGHMC(batch_size=BATCH_SIZE, control_variate=False), 3000, 2)
     assert_meets_bar("SGHMC regression, minibatch gradient", draws, regression)
 
 

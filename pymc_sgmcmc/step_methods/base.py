@@ -28,6 +28,9 @@ _log = logging.getLogger("pymc")
 #: several times faster than the C backend (see docs/performance.md).
 DEFAULT_MODE = "NUMBA"
 
+#: Seed of the generator the adaptation's measurements use (see ``_measure``).
+ADAPTATION_SEED = 20_141_217
+
 #: Builders of the gradient estimators, by name.
 GRADIENT_ESTIMATORS = {"minibatch": minibatch_gradient, "control_variate": control_variate_gradient}
 
@@ -89,7 +92,10 @@ class StochasticGradientStep(ArrayStepShared):
     there, and fixes for the whole chain the gradient estimator, the diagonal
     preconditioner, the step size meeting ``bias_budget`` and the inner steps
     per draw, unless the user gave them. The chain then starts from a draw of
-    the Laplace approximation at that mode.
+    the Laplace approximation at that mode, taken with the chain's generator.
+    The measurements themselves use a fixed seed: chains that start from the
+    same point share them, so they are made once per step object and are the
+    same whatever ``cores``.
 
     Sampler statistics, one value per recorded draw:
 
@@ -168,6 +174,11 @@ class StochasticGradientStep(ArrayStepShared):
             )
 
         compile_kwargs = {"mode": DEFAULT_MODE, **(compile_kwargs or {})}
+        if str(compile_kwargs["mode"]).upper() == "JAX":
+            raise ValueError(
+                "PyTensor's JAX backend cannot compile a loop whose length is an input, which "
+                "the fused kernels need; use mode='NUMBA' (the default) or 'FAST_RUN'."
+            )
         shared = pm.make_shared_replacements(initial_point, vars, model)
         self.density = build_minibatch_log_density(model, vars, shared)
         n_rows = self.density.n_rows
@@ -197,6 +208,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.estimators = estimators
         self._compile_kwargs = compile_kwargs
         self._kernels = {}
+        self._measured = None
         if not self.needs_measurements():
             self.kernel("minibatch")
         self.probe = DataProbe(self.density, compile_kwargs) if self.needs_measurements() else None
@@ -316,9 +328,7 @@ class StochasticGradientStep(ArrayStepShared):
         if self.probe is None:
             self.settings = self.default_settings("minibatch", size)
             return position
-        measurements = measure(
-            self.probe, self.batch_size, self.rng, position, estimators=self.estimators
-        )
+        measurements = self._measure(position)
         if not measurements.log_concave:
             _log.warning(
                 "%s: the Hessian at the mode found is not negative definite; the step-size "
@@ -329,6 +339,21 @@ class StochasticGradientStep(ArrayStepShared):
         self._centre = (measurements.mode, measurements.mode_likelihood_gradient)
         start = measurements.mode + measurements.laplace_factor @ self.rng.standard_normal(size)
         return start
+
+    def _measure(self, position: np.ndarray) -> Measurements:
+        """Return the measurements around the mode found from ``position``.
+
+        They use a generator of their own with a fixed seed, so every chain
+        that starts from the same point measures the same thing, whatever
+        ``cores``; the step therefore measures once and the following chains
+        reuse the result.
+        """
+        key = position.tobytes()
+        if self._measured is None or self._measured[0] != key:
+            rng = np.random.default_rng(ADAPTATION_SEED)
+            result = measure(self.probe, self.batch_size, rng, position, self.estimators)
+            self._measured = (key, result)
+        return self._measured[1]
 
     def _choose_settings(self, measurements: Measurements) -> ChainSettings:
         preconditioner = (
