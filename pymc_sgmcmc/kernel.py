@@ -10,7 +10,6 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
-from pytensor.scan.utils import until
 
 from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
@@ -33,8 +32,8 @@ class KernelResult:
     gradient_norm : float
         Norm of the gradient estimate at the start of the last inner step.
     steps_taken : int
-        Inner steps whose result is finite; fewer than requested only when a
-        step produced a non-finite state or gradient, and the loop stopped.
+        Inner steps taken before the first non-finite state or gradient (all
+        of them when there was none).
     """
 
     position: np.ndarray
@@ -51,9 +50,9 @@ class Kernel:
     integer array), K standard normal draws (K x D) and K step sizes, and runs
     all K steps in a compiled ``scan``. Random numbers are drawn outside the
     graph by the caller, from the chain's generator, in one go per call, so a
-    chain is reproducible from its seed alone. The loop stops early, keeping
-    the last finite state, when a step produces a non-finite state or
-    gradient.
+    chain is reproducible from its seed alone. When a step produces a
+    non-finite state or gradient, the state stays at the last finite one for
+    the rest of the call.
 
     Only the minibatch rows are read at each step: the graph indexes the data
     with the batch's indices, so the cost of a step does not depend on N.
@@ -109,23 +108,25 @@ class Kernel:
         state_inputs = [position, *auxiliary]
         checked = pt.concatenate([gradient_norm[None], new_state[0]])
         finite = ~(pt.any(pt.isnan(checked)) | pt.any(pt.isinf(checked)))
-        # A non-finite step keeps the old state and ends the loop.
+        # ``alive`` turns false at the first non-finite step and stays false:
+        # from then on the state stays at the last finite one.
+        alive = pt.scalar("alive", dtype="bool")
+        still_alive = alive & finite
         kept_state = [
-            pt.switch(finite, new, old) for new, old in zip(new_state, state_inputs, strict=True)
+            pt.switch(still_alive, new, old)
+            for new, old in zip(new_state, state_inputs, strict=True)
         ]
-        step_outputs = [*kept_state, gradient_norm, finite]
+        step_outputs = [*kept_state, still_alive, gradient_norm]
 
         named_inputs = {**hyper_inputs, **estimator.inputs}
         sequence_inputs = [density.indices, noise, step_size]
-
-        placeholders = [*sequence_inputs, *state_inputs, *named_inputs.values()]
+        placeholders = [*sequence_inputs, *state_inputs, alive, *named_inputs.values()]
 
         def inner_step(*arguments):
             # scan passes the sequences, then the state, then the non-sequences.
-            *new, norm, is_finite = graph_replace(
+            return graph_replace(
                 step_outputs, dict(zip(placeholders, arguments, strict=True)), strict=False
             )
-            return [*new, norm, is_finite], until(pt.eq(is_finite, 0))
 
         batch_indices = pt.matrix("batch_indices", dtype=density.indices.dtype)
         noises = pt.matrix("noises", dtype="float64")
@@ -140,14 +141,14 @@ class Kernel:
         outputs, _ = pytensor.scan(
             inner_step,
             sequences=[batch_indices, noises, step_sizes],
-            outputs_info=[*initial_state, None, None],
+            outputs_info=[*initial_state, pt.as_tensor(np.True_), None],
             non_sequences=named_values,
             n_steps=batch_indices.shape[0],
             strict=False,
             return_list=True,
         )
-        *states, norms, finite_steps = outputs
-        steps_taken = pt.sum(finite_steps)
+        *states, alive_steps, norms = outputs
+        steps_taken = pt.sum(alive_steps)
         results = [s[-1] for s in states]
         # The log density is a statistic only: evaluated once, at the returned
         # position with the last batch, not inside the loop.

@@ -157,3 +157,8 @@ def test_full_data_check_catches_a_full_pass(model):
     uses = data_uses(fgraph, full_data(fgraph))
     assert uses
     assert not all(isinstance(op, ROW_ACCESS) for op in uses)
+
+
+def test_jax_mode_is_refused_with_the_fix(model):
+    with model, pytest.raises(ValueError, match="mode='NUMBA'"):
+        SGLD(compile_kwargs={"mode": "JAX"})

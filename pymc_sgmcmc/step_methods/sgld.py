@@ -65,7 +65,7 @@ class SGLD(StochasticGradientStep):
         Point used to build the graphs; ``model.initial_point()`` by default.
     compile_kwargs : dict, optional
         Passed to :func:`pymc.compile`; ``{"mode": "NUMBA"}`` unless it names
-        another ``mode`` (e.g. ``"FAST_RUN"`` for the C backend, ``"JAX"``).
+        another ``mode`` (e.g. ``"FAST_RUN"`` for the C backend).
     blocked, rng
         As for every PyMC step method.
 
