@@ -1,0 +1,105 @@
+"""Cost of one fused inner step against the compiled minibatch-gradient floor.
+
+``python -m pymc_sgmcmc.benchmark.kernels`` builds the benchmark's logistic
+regression (B = 100, D = 10) at each N, compiles SGHMC's kernels on each
+PyTensor backend, and prints microseconds per inner step next to the cost of
+one call of the compiled minibatch gradient on the same backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pymc as pm
+
+from pymc_sgmcmc import SGHMC
+from pymc_sgmcmc.panel import logistic_regression
+
+__all__ = ["measure_kernels"]
+
+BACKENDS = {"numba": "NUMBA", "c": "FAST_RUN"}
+
+
+def _per_call(function, arguments, repeats):
+    function(*arguments)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        function(*arguments)
+    return (time.perf_counter() - start) / repeats
+
+
+def measure_kernels(grid=(1_000, 1_000_000), backends=("numba", "c"), steps=100, seed=0):
+    """Return per-step costs of the fused kernels, in microseconds.
+
+    Parameters
+    ----------
+    grid : sequence of int
+        Data sizes N.
+    backends : sequence of str
+        Keys of :data:`BACKENDS`.
+    steps : int, default 100
+        Inner steps per kernel call (K).
+    seed : int
+        Seed of the indices and noise.
+
+    Returns
+    -------
+    list of dict
+        One row per backend and N: ``floor`` (one compiled minibatch-gradient
+        call), ``minibatch`` and ``control_variate`` (one fused inner step of
+        SGHMC with that estimator), all in microseconds.
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for backend in backends:
+        for n_rows in grid:
+            panel = logistic_regression(n_rows)
+            compile_kwargs = {"mode": BACKENDS[backend]}
+            with panel.model:
+                step = SGHMC(compile_kwargs=compile_kwargs)
+            density = step.density
+            gradient = pm.compile(
+                [density.position, density.indices], density.gradient, **compile_kwargs
+            )
+            gradient.trust_input = True
+            position = np.zeros(10)
+            batch = rng.integers(n_rows, size=100)
+            row = {"backend": backend, "n_rows": n_rows}
+            row["floor"] = 1e6 * _per_call(gradient, (position, batch), 2000)
+            indices = rng.integers(n_rows, size=(steps, 100))
+            noise = rng.standard_normal((steps, 10))
+            step_sizes = np.full(steps, 1e-4)
+            for estimator in ("minibatch", "control_variate"):
+                kernel = step.kernel(estimator)
+                step.settings = step.default_settings(estimator, 10)
+                step._centre = (position, np.zeros(10))
+                values = step._collect_kernel_inputs()
+                momentum = step.initial_auxiliary(10)
+                arguments = (position, momentum, indices, noise, step_sizes, values)
+                row[estimator] = 1e6 * _per_call(kernel, arguments, 200) / steps
+            rows.append(row)
+            print(
+                f"{backend:>6} N={n_rows:>10,}: gradient call {row['floor']:6.1f} us; "
+                f"fused step {row['minibatch']:6.1f} us (minibatch, "
+                f"{row['minibatch'] / row['floor']:.2f}x), {row['control_variate']:6.1f} us "
+                f"(control variate, {row['control_variate'] / row['floor']:.2f}x)"
+            )
+    return rows
+
+
+def main(argv=None) -> None:
+    """Parse the arguments and print the table."""
+    parser = argparse.ArgumentParser(prog="python -m pymc_sgmcmc.benchmark.kernels")
+    parser.add_argument("--grid", type=int, nargs="+", default=[1_000, 100_000, 10_000_000])
+    parser.add_argument(
+        "--backends", nargs="+", default=["numba", "c", "jax"], choices=list(BACKENDS)
+    )
+    parser.add_argument("--steps", type=int, default=100, help="inner steps per call (K)")
+    arguments = parser.parse_args(argv)
+    measure_kernels(arguments.grid, arguments.backends, arguments.steps)
+
+
+if __name__ == "__main__":
+    main()

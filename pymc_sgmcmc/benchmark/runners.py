@@ -1,0 +1,256 @@
+"""Sample one PyMC model with each sampler and measure speed and accuracy.
+
+Every runner takes the model as the user wrote it and times the whole call
+that a user would make, compilation and tuning included.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.panel import PanelModel
+
+__all__ = ["SAMPLERS", "SamplerRun", "available", "run_sampler"]
+
+_log = logging.getLogger("pymc_sgmcmc.benchmark")
+
+#: Samplers and the PyMC ``nuts_sampler`` or step class each one runs.
+SAMPLERS = {
+    "pymc_nuts": "pymc",
+    "nutpie": "nutpie",
+    "numpyro": "numpyro",
+    "sgld": SGLD,
+    "sghmc": SGHMC,
+}
+
+#: Python package each optional sampler needs.
+REQUIRES = {"nutpie": "nutpie", "numpyro": "numpyro"}
+
+
+def available(sampler: str) -> bool:
+    """Return whether ``sampler``'s optional package is installed."""
+    package = REQUIRES.get(sampler)
+    return package is None or importlib.util.find_spec(package) is not None
+
+
+@dataclass
+class SamplerRun:
+    """Speed and accuracy of one sampler on one data size.
+
+    Attributes
+    ----------
+    sampler : str
+        Key of :data:`SAMPLERS`.
+    n_rows : int
+        Number of observed rows N.
+    chains, tune, draws : int
+        Settings of the run (``draws`` per chain).
+    total_seconds : float
+        Wall time of the whole call, compilation and tuning included.
+    sampling_seconds : float
+        Wall time of the recorded draws only (estimated from the share of
+        iterations for the NUTS samplers, which time no phases separately).
+    min_bulk_ess, median_bulk_ess, min_tail_ess, median_tail_ess : float
+        Bulk and tail ESS over the coefficients.
+    ess_per_second : float
+        Minimum bulk ESS per second of total wall time.
+    sampling_ess_per_second : float
+        Minimum bulk ESS per second of sampling.
+    mean_error : float
+        Largest absolute error of a posterior mean, in reference posterior sds.
+    worst_sd_ratio : float
+        Posterior sd over reference sd, farthest from 1.
+    meets_bar : bool
+        Means within 0.1 sd and sds within 10% of the reference.
+    inner_steps_per_second : float
+        SG-MCMC inner steps per second of sampling (NaN for NUTS).
+    means, lower, upper : list of float
+        Posterior mean and 94% interval of each coefficient.
+    """
+
+    sampler: str
+    n_rows: int
+    chains: int
+    tune: int
+    draws: int
+    total_seconds: float
+    sampling_seconds: float
+    min_bulk_ess: float
+    median_bulk_ess: float
+    min_tail_ess: float
+    median_tail_ess: float
+    ess_per_second: float
+    sampling_ess_per_second: float
+    mean_error: float
+    worst_sd_ratio: float
+    meets_bar: bool
+    inner_steps_per_second: float
+    means: list = field(default_factory=list)
+    lower: list = field(default_factory=list)
+    upper: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Return the run as plain JSON-ready values."""
+        return asdict(self)
+
+
+def _coefficients(result, name: str) -> np.ndarray:
+    """Return the draws of ``name`` as an array (chain, draw, coefficient)."""
+    values = np.asarray(result.posterior[name])
+    return values.reshape(*values.shape[:2], -1)
+
+
+def _ess(draws: np.ndarray, method: str) -> np.ndarray:
+    return np.array([float(az.ess(draws[..., j], method=method)) for j in range(draws.shape[-1])])
+
+
+def run_sampler(
+    sampler: str,
+    panel: PanelModel,
+    *,
+    chains: int = 2,
+    tune: int | None = None,
+    draws: int | None = None,
+    seed: int = 1,
+) -> SamplerRun:
+    """Sample ``panel``'s model with ``sampler`` and measure the run.
+
+    Parameters
+    ----------
+    sampler : str
+        Key of :data:`SAMPLERS`.
+    panel : PanelModel
+        The model and its reference posterior (``means`` and ``sds`` set).
+    chains : int, default 2
+        Number of chains.
+    tune, draws : int, optional
+        Tuning iterations and draws per chain: 1,000 each for NUTS; for the
+        SG-MCMC samplers 200 and 5,000 recorded draws (each of many inner
+        steps; the tuning itself happens at the first draw).
+    seed : int, default 1
+        ``random_seed`` of the run.
+
+    Returns
+    -------
+    SamplerRun
+    """
+    target = SAMPLERS[sampler]
+    stochastic = not isinstance(target, str)
+    tune = tune if tune is not None else (200 if stochastic else 1000)
+    draws = draws if draws is not None else (5000 if stochastic else 1000)
+    options = {
+        "draws": draws,
+        "tune": tune,
+        "chains": chains,
+        "random_seed": seed,
+        "progressbar": False,
+        "compute_convergence_checks": False,
+    }
+    with panel.model:
+        start = time.perf_counter()
+        if stochastic:
+            clock = _DrawClock()
+            step = target()
+            options["cores"] = 1
+            result = pm.sample(step=step, callback=clock, **options)
+        else:
+            options["nuts_sampler"] = target
+            if target == "pymc":
+                options["cores"] = chains
+            result = pm.sample(**options)
+        total = time.perf_counter() - start
+
+    (name,) = panel.means
+    coefficients = _coefficients(result, name)
+    reference_mean = panel.means[name].ravel()
+    reference_sd = panel.sds[name].ravel()
+    flat = coefficients.reshape(-1, coefficients.shape[-1])
+    mean_error = float(np.max(np.abs(flat.mean(axis=0) - reference_mean) / reference_sd))
+    ratios = flat.std(axis=0) / reference_sd
+    worst_ratio = float(ratios[np.argmax(np.abs(ratios - 1.0))])
+    bulk = _ess(coefficients, "bulk")
+    tail = _ess(coefficients, "tail")
+
+    if stochastic:
+        stats = result.sample_stats
+        sampling = clock.sampling_seconds
+        steps = float(np.sum(np.asarray(stats["steps_per_draw"])))
+        steps_per_second = steps / sampling
+    else:
+        sampling = total * draws / (draws + tune)
+        steps_per_second = float("nan")
+    lower, upper = np.quantile(flat, [0.03, 0.97], axis=0)
+    return SamplerRun(
+        sampler=sampler,
+        n_rows=panel.n_rows,
+        chains=chains,
+        tune=tune,
+        draws=draws,
+        total_seconds=total,
+        sampling_seconds=sampling,
+        min_bulk_ess=float(bulk.min()),
+        median_bulk_ess=float(np.median(bulk)),
+        min_tail_ess=float(tail.min()),
+        median_tail_ess=float(np.median(tail)),
+        ess_per_second=float(bulk.min() / total),
+        sampling_ess_per_second=float(bulk.min() / sampling),
+        mean_error=mean_error,
+        worst_sd_ratio=worst_ratio,
+        meets_bar=bool(mean_error <= 0.1 and abs(worst_ratio - 1.0) <= 0.1),
+        inner_steps_per_second=steps_per_second,
+        means=flat.mean(axis=0).tolist(),
+        lower=lower.tolist(),
+        upper=upper.tolist(),
+    )
+
+
+class _DrawClock:
+    """``pm.sample`` callback that times the recorded draws of sequential chains."""
+
+    def __init__(self):
+        self.sampling_seconds = 0.0
+        self._last = None
+
+    def __call__(self, trace, draw):
+        now = time.perf_counter()
+        if not draw.tuning and self._last is not None:
+            self.sampling_seconds += now - self._last
+        self._last = now
+
+
+def main(argv=None) -> None:
+    """Run one sampler at one N and print the measurements as JSON.
+
+    The benchmark starts every run in a fresh process this way, so that no
+    run profits from what an earlier one compiled in memory (the on-disk
+    compilation caches of PyTensor and Numba are used, as after a first use).
+    """
+    import argparse
+    import json
+
+    from pymc_sgmcmc.benchmark import reference
+
+    parser = argparse.ArgumentParser(prog="python -m pymc_sgmcmc.benchmark.runners")
+    parser.add_argument("--sampler", required=True, choices=list(SAMPLERS))
+    parser.add_argument("--n-rows", type=int, required=True)
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--draws", type=int, default=None)
+    arguments = parser.parse_args(argv)
+    panel, _ = reference(arguments.n_rows)
+    run = run_sampler(arguments.sampler, panel, chains=arguments.chains, draws=arguments.draws)
+    print(RESULT_MARKER + json.dumps(run.to_dict()))
+
+
+#: Prefix of the line that carries a run's measurements on standard output.
+RESULT_MARKER = "BENCHMARK-RESULT "
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The NUTS-vs-SG-MCMC benchmark: its runner, its command line and its notebook."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from pymc_sgmcmc.benchmark import __main__ as command_line
+from pymc_sgmcmc.benchmark import runners
+
+pytestmark = pytest.mark.integration
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_command_line_writes_results_and_figures(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runners, "REQUIRES", {**runners.REQUIRES, "nutpie": "no_such_package"})
+    command_line.main(
+        [
+            "--grid", "400",
+            "--samplers", "sghmc", "nutpie",
+            "--sgmcmc-draws", "300",
+            "--output", str(tmp_path),
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "Skipping nutpie" in printed
+    results = json.loads((tmp_path / "results.json").read_text())
+    (run,) = results["runs"]
+    assert run["sampler"] == "sghmc" and run["n_rows"] == 400 and run["draws"] == 300
+    assert 0 < run["sampling_seconds"] < run["total_seconds"]
+    assert run["min_bulk_ess"] > 0 and run["inner_steps_per_second"] > 0
+    assert len(run["means"]) == len(results["truth"]) == 10
+    for name in ("ess_per_second.png", "posterior_means.png", "accuracy.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_unknown_sampler_is_refused():
+    from pymc_sgmcmc.benchmark import run_benchmark
+
+    with pytest.raises(ValueError, match="Unknown samplers"):
+        run_benchmark(grid=[400], samplers=["hmc"])
+
+
+def test_notebook_runs_on_a_tiny_grid(monkeypatch):
+    monkeypatch.setenv("SGMCMC_NOTEBOOK_GRID", "500 2000")
+    notebook = nbformat.read(EXAMPLES / "nuts_vs_sgmcmc.ipynb", as_version=4)
+    NotebookClient(
+        notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": EXAMPLES}}
+    ).execute()
+    outputs = "".join(
+        output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
+    )
+    assert "sghmc" in outputs and "pymc_nuts" in outputs
