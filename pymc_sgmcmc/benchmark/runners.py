@@ -109,7 +109,12 @@ def _coefficients(result, name: str) -> np.ndarray:
 
 
 def _ess(draws: np.ndarray, method: str) -> np.ndarray:
-    return np.array([float(az.ess(draws[..., j], method=method)) for j in range(draws.shape[-1])])
+    # The tail ESS is that of the 5% and 95% quantiles (ArviZ 0.x's fixed
+    # choice; ArviZ 1.x asks for it).
+    options = {"prob": (0.05, 0.95)} if method == "tail" else {}
+    return np.array(
+        [float(az.ess(draws[..., j], method=method, **options)) for j in range(draws.shape[-1])]
+    )
 
 
 def run_sampler(
