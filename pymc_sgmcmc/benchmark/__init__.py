@@ -12,7 +12,6 @@ Run it as ``python -m pymc_sgmcmc.benchmark --help``.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import platform
 import subprocess
@@ -26,8 +25,6 @@ from pymc_sgmcmc.benchmark.runners import RESULT_MARKER, SAMPLERS, SamplerRun, a
 from pymc_sgmcmc.panel import laplace_reference, logistic_regression, nuts_reference
 
 __all__ = ["DEFAULT_MAX_ROWS", "SAMPLERS", "SamplerRun", "run_benchmark", "save_figures"]
-
-_log = logging.getLogger("pymc_sgmcmc.benchmark")
 
 #: Largest N each sampler runs at by default: NUTS pays O(N) per gradient.
 DEFAULT_MAX_ROWS = {

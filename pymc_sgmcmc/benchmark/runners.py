@@ -7,7 +7,6 @@ that a user would make, compilation and tuning included.
 from __future__ import annotations
 
 import importlib.util
-import logging
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -16,11 +15,10 @@ import numpy as np
 import pymc as pm
 
 from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.diagnostics import accuracy
 from pymc_sgmcmc.panel import PanelModel
 
 __all__ = ["SAMPLERS", "SamplerRun", "available", "run_sampler"]
-
-_log = logging.getLogger("pymc_sgmcmc.benchmark")
 
 #: Samplers and the PyMC ``nuts_sampler`` or step class each one runs.
 SAMPLERS = {
@@ -175,12 +173,8 @@ def run_sampler(
 
     (name,) = panel.means
     coefficients = _coefficients(result, name)
-    reference_mean = panel.means[name].ravel()
-    reference_sd = panel.sds[name].ravel()
     flat = coefficients.reshape(-1, coefficients.shape[-1])
-    mean_error = float(np.max(np.abs(flat.mean(axis=0) - reference_mean) / reference_sd))
-    ratios = flat.std(axis=0) / reference_sd
-    worst_ratio = float(ratios[np.argmax(np.abs(ratios - 1.0))])
+    scores = accuracy(result.posterior, panel.means, panel.sds)
     bulk = _ess(coefficients, "bulk")
     tail = _ess(coefficients, "tail")
 
@@ -207,9 +201,9 @@ def run_sampler(
         median_tail_ess=float(np.median(tail)),
         ess_per_second=float(bulk.min() / total),
         sampling_ess_per_second=float(bulk.min() / sampling),
-        mean_error=mean_error,
-        worst_sd_ratio=worst_ratio,
-        meets_bar=bool(mean_error <= 0.1 and abs(worst_ratio - 1.0) <= 0.1),
+        mean_error=scores.mean_error,
+        worst_sd_ratio=scores.worst_sd_ratio,
+        meets_bar=scores.meets(),
         inner_steps_per_second=steps_per_second,
         means=flat.mean(axis=0).tolist(),
         lower=lower.tolist(),
