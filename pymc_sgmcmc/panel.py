@@ -17,6 +17,7 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pymc as pm
+from pymc.blocking import DictToArrayBijection, RaveledVars
 
 __all__ = [
     "PanelModel",
@@ -131,6 +132,7 @@ def correlated_regression(n_rows=2000, correlation=0.5, seed=0) -> PanelModel:
         means={"beta": posterior_covariance @ x.T @ y},
         sds={"beta": sds},
         correlation=posterior_covariance[0, 1] / (sds[0] * sds[1]),
+        key={"model": "correlated", "n_rows": n_rows, "correlation": correlation, "seed": seed},
     )
 
 
@@ -222,11 +224,8 @@ def nuts_reference(panel: PanelModel, draws=None, tune=1000, chains=None, refres
     draws = draws or (1000 if large else 2000)
     chains = chains or (2 if large else 4)
     settings = {**panel.key, "draws": draws, "tune": tune, "chains": chains}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    path = _cache_directory() / f"nuts-{digest}.json"
-    if path.exists() and not refresh:
-        stored = json.loads(path.read_text())
-    else:
+
+    def run_nuts():
         with panel.model:
             result = pm.sample(
                 draws=draws,
@@ -249,8 +248,30 @@ def nuts_reference(panel: PanelModel, draws=None, tune=1000, chains=None, refres
             flat = draws_array.reshape(-1, *draws_array.shape[2:])
             stored["means"][variable.name] = flat.mean(axis=0).tolist()
             stored["sds"][variable.name] = flat.std(axis=0).tolist()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stored, indent=1))
+        return stored
+
+    return _attach(panel, _cached("nuts", settings, run_nuts, refresh))
+
+
+def _cached(kind: str, settings: dict, compute, refresh: bool) -> dict:
+    """Return the summary stored for ``settings``, computing and storing it if needed."""
+    if "model" not in settings:
+        raise ValueError(
+            "A cached reference needs the panel's key (builder name and arguments) to tell "
+            "models apart; build the panel with key={'model': ..., ...}."
+        )
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    path = _cache_directory() / f"{kind}-{digest}.json"
+    if path.exists() and not refresh:
+        return json.loads(path.read_text())
+    stored = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stored, indent=1))
+    return stored
+
+
+def _attach(panel: PanelModel, stored: dict) -> PanelModel:
+    """Fill ``panel``'s reference means and sds from a stored summary."""
     panel.means = {name: np.asarray(value) for name, value in stored["means"].items()}
     panel.sds = {name: np.asarray(value) for name, value in stored["sds"].items()}
     return panel
@@ -283,25 +304,18 @@ def laplace_reference(panel: PanelModel, refresh=False):
     model = panel.model
     if any(model.rvs_to_transforms[rv] is not None for rv in model.free_RVs):
         raise ValueError("laplace_reference needs unconstrained free variables.")
-    digest = hashlib.sha256(json.dumps(panel.key, sort_keys=True).encode()).hexdigest()[:16]
-    path = _cache_directory() / f"laplace-{digest}.json"
-    if path.exists() and not refresh:
-        stored = json.loads(path.read_text())
-    else:
-        point = model.initial_point()
-        names = [value.name for value in model.value_vars]
-        shapes = [point[name].shape for name in names]
-        sizes = [int(np.prod(shape, dtype=int)) for shape in shapes]
+
+    def laplace():
+        start = DictToArrayBijection.map(model.initial_point())
         log_density = model.compile_logp()
         gradient = model.compile_dlogp()
         # PyMC's d2logp is the Hessian of the negative log density: the precision.
         precision = model.compile_d2logp()
 
         def as_point(vector):
-            pieces = np.split(vector, np.cumsum(sizes)[:-1])
-            return {n: p.reshape(s) for n, p, s in zip(names, pieces, shapes, strict=True)}
+            return DictToArrayBijection.rmap(RaveledVars(vector, start.point_map_info))
 
-        mode = np.concatenate([point[name].ravel() for name in names])
+        mode = start.data
         for _ in range(100):
             step = np.linalg.solve(precision(as_point(mode)), gradient(as_point(mode)))
             current = log_density(as_point(mode))
@@ -310,19 +324,12 @@ def laplace_reference(panel: PanelModel, refresh=False):
             mode = mode + step
             if np.max(np.abs(step) * np.sqrt(np.diag(precision(as_point(mode))))) < 1e-8:
                 break
-        covariance = np.linalg.inv(precision(as_point(mode)))
-        sds = np.sqrt(np.diag(covariance))
-        stored = {"settings": panel.key, "means": {}, "sds": {}}
-        for name, mean, sd in zip(
-            names,
-            np.split(mode, np.cumsum(sizes)[:-1]),
-            np.split(sds, np.cumsum(sizes)[:-1]),
-            strict=True,
-        ):
-            stored["means"][name] = mean.tolist()
-            stored["sds"][name] = sd.tolist()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(stored, indent=1))
-    panel.means = {name: np.asarray(value) for name, value in stored["means"].items()}
-    panel.sds = {name: np.asarray(value) for name, value in stored["sds"].items()}
-    return panel
+        sds = np.sqrt(np.diag(np.linalg.inv(precision(as_point(mode)))))
+        means, sds = as_point(mode), as_point(sds)
+        return {
+            "settings": panel.key,
+            "means": {name: np.ravel(value).tolist() for name, value in means.items()},
+            "sds": {name: np.ravel(value).tolist() for name, value in sds.items()},
+        }
+
+    return _attach(panel, _cached("laplace", panel.key, laplace, refresh))
