@@ -215,7 +215,7 @@ def measure(probe: DataProbe, batch_size, rng, position, estimators=("minibatch"
     batch_size : int
         Rows per minibatch.
     rng : numpy.random.Generator
-        The chain's generator.
+        Generator of the minibatches, subsamples and measurement points.
     position : ndarray
         Where the search for the mode starts.
     estimators : sequence of {"minibatch", "control_variate"}

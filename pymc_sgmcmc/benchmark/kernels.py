@@ -73,10 +73,9 @@ def measure_kernels(grid=(1_000, 1_000_000), backends=("numba", "c"), steps=100,
             step_sizes = np.full(steps, 1e-4)
             for estimator in ("minibatch", "control_variate"):
                 kernel = step.kernel(estimator)
-                step.settings = step.default_settings(estimator, 10)
-                step._centre = (position, np.zeros(10))
-                values = step._collect_kernel_inputs()
-                momentum = step.initial_auxiliary(10)
+                settings = step.default_settings(estimator, 10)
+                values = step.kernel_inputs(settings, (position, np.zeros(10)))
+                momentum = tuple(np.zeros(10) for _ in range(step.n_auxiliary))
                 arguments = (position, momentum, indices, noise, step_sizes, values)
                 row[estimator] = 1e6 * _per_call(kernel, arguments, 200) / steps
             rows.append(row)

@@ -408,14 +408,18 @@ class StochasticGradientStep(ArrayStepShared):
         _, likelihood_gradient = self.probe.full_likelihood(position)
         self._centre = (position.copy(), likelihood_gradient)
         self._steps_since_refresh = 0
-        self._kernel_inputs = self._collect_kernel_inputs()
+        self._kernel_inputs = self.kernel_inputs(self.settings, self._centre)
 
-    def _collect_kernel_inputs(self) -> list[np.ndarray]:
-        """Return the kernel's named inputs, fixed for the chain until a re-centring."""
-        named = dict(self.hyperparameters(self.settings))
-        if self.settings.estimator == "control_variate":
-            named["centre"], named["centre_likelihood_gradient"] = self._centre
-        kernel = self.kernel(self.settings.estimator)
+    def kernel_inputs(self, settings: ChainSettings, centre=None) -> list[np.ndarray]:
+        """Return the named inputs of ``settings``' kernel, in its order.
+
+        ``centre`` is the control-variate centre and the full-data likelihood
+        gradient there (needed by the control-variate estimator only).
+        """
+        named = dict(self.hyperparameters(settings))
+        if settings.estimator == "control_variate":
+            named["centre"], named["centre_likelihood_gradient"] = centre
+        kernel = self.kernel(settings.estimator)
         return [np.asarray(named[name], dtype="float64") for name in kernel.input_names]
 
     # Sampling ---------------------------------------------------------------------
@@ -425,7 +429,7 @@ class StochasticGradientStep(ArrayStepShared):
         position = q0.data
         if self.settings is None:
             position = self._start_chain(position)
-            self._kernel_inputs = self._collect_kernel_inputs()
+            self._kernel_inputs = self.kernel_inputs(self.settings, self._centre)
         settings = self.settings
         if self._auxiliary is None:
             self._auxiliary = self.initial_auxiliary(position.size)
