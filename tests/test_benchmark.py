@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -34,6 +35,17 @@ def test_command_line_writes_results_and_figures(tmp_path, monkeypatch, capsys):
     assert len(run["means"]) == len(results["truth"]) == 10
     for name in ("ess_per_second.png", "posterior_means.png", "accuracy.png"):
         assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_draw_clock_times_only_the_recorded_draws(monkeypatch):
+    """Two chains of 3 tuning and 4 kept draws, one second per draw."""
+    ticks = iter(range(100))
+    monkeypatch.setattr(runners.time, "perf_counter", lambda: float(next(ticks)))
+    clock = runners._DrawClock()
+    for _chain in range(2):
+        for tuning in [True] * 3 + [False] * 4:
+            clock(None, SimpleNamespace(tuning=tuning))
+    assert clock.sampling_seconds == 8.0
 
 
 def test_unknown_sampler_is_refused():
