@@ -1,15 +1,21 @@
 """Stochastic-gradient MCMC step methods for PyMC."""
 
 from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
+from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.schedules import ConstantStepSize, PolynomialDecay
-from pymc_sgmcmc.step_methods import SGHMC, SGLD
+from pymc_sgmcmc.step_method import StochasticGradientStep
+from pymc_sgmcmc.tuning import TuningConfig
+
+# Every registered sampler is a public name of the package.
+globals().update(SAMPLERS)
 
 __all__ = [
-    "SGHMC",
-    "SGLD",
+    *SAMPLERS,
     "ConstantStepSize",
     "MinibatchError",
     "PolynomialDecay",
+    "StochasticGradientStep",
+    "TuningConfig",
     "build_minibatch_log_density",
 ]
 

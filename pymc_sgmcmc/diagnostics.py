@@ -7,7 +7,32 @@ from dataclasses import dataclass
 import arviz as az
 import numpy as np
 
-__all__ = ["Accuracy", "accuracy"]
+__all__ = ["Accuracy", "accuracy", "monte_carlo_errors"]
+
+
+def monte_carlo_errors(draws) -> tuple[float, float, float]:
+    """Return the Monte Carlo standard errors of the mean and of the sd, and the bulk ESS.
+
+    Parameters
+    ----------
+    draws : array of shape (chain, draw)
+        Draws of one scalar quantity.
+
+    Returns
+    -------
+    mean_se, sd_se, ess : float
+        ArviZ's MCSE of the mean; the MCSE of the sd from the ESS of the
+        squared deviations (the delta method, as ArviZ computes it); the bulk
+        ESS.
+    """
+    draws = np.asarray(draws, dtype=float)
+    mean_se = float(np.ravel(az.mcse(draws, method="mean"))[0])
+    squares = (draws - draws.mean()) ** 2
+    variance = squares.mean()
+    squares_ess = float(np.ravel(az.ess(squares, method="mean"))[0])
+    variance_of_variance = ((squares**2).mean() - variance**2) / squares_ess
+    sd_se = float(np.sqrt(variance_of_variance / variance / 4))
+    return mean_se, sd_se, float(np.ravel(az.ess(draws))[0])
 
 
 @dataclass(frozen=True)

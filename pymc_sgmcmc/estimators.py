@@ -3,21 +3,26 @@ r"""Gradient estimators: how a sampler estimates the gradient of the log posteri
 An estimator is a symbolic gradient built from a
 :class:`~pymc_sgmcmc.minibatch.MinibatchLogDensity` plus the named inputs it
 needs besides the position and the batch. Any sampler can use any estimator:
-the kernel compiles whichever it is given.
+the kernel compiles whichever it is given, and :class:`Probe` compiles the
+same graphs for the measurements, so every formula exists once.
 
 - :func:`minibatch_gradient`: :math:`\nabla \log p(\theta) + (N/B) \sum_{i \in S}
   \nabla \log p(y_i \mid \theta)`.
 - :func:`control_variate_gradient` (SGLD-CV, Baker et al. 2019; SVRG-LD): with a
-  centre :math:`\hat\theta` and the full-data likelihood gradient there,
+  centre :math:`(\hat\theta, \hat\phi)`, where :math:`\phi` are the values of
+  the model's other free variables (sampled by other step methods), and the
+  full-data likelihood gradient there,
 
   .. math::
 
-      \nabla \log p(\theta) + \nabla L(\hat\theta)
-      + \frac{N}{B} \sum_{i \in S} \bigl(\nabla \log p(y_i \mid \theta)
-      - \nabla \log p(y_i \mid \hat\theta)\bigr),
+      \nabla \log p(\theta) + \nabla L(\hat\theta, \hat\phi)
+      + \frac{N}{B} \sum_{i \in S} \bigl(\nabla \log p(y_i \mid \theta, \phi)
+      - \nabla \log p(y_i \mid \hat\theta, \hat\phi)\bigr),
 
-  still unbiased, with a variance that shrinks as :math:`\theta` nears
-  :math:`\hat\theta` instead of growing with N.
+  unbiased for every :math:`(\theta, \phi)`, with a variance that shrinks as
+  the state nears the centre instead of growing with N. Keeping
+  :math:`\hat\phi` in the centre is what keeps it unbiased when another step
+  method moves :math:`\phi` between draws.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from pytensor.graph.replace import graph_replace
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = [
-    "DataProbe",
+    "ESTIMATORS",
+    "Centre",
     "GradientEstimator",
+    "Probe",
     "control_variate_gradient",
     "minibatch_gradient",
 ]
@@ -52,12 +59,38 @@ class GradientEstimator:
         The estimate, a function of ``density.position``, ``density.indices``
         and ``inputs``.
     inputs : dict of str to Variable
-        Further vector inputs (e.g. the control-variate centre).
+        Further inputs (e.g. the control-variate centre).
     """
 
     name: str
     gradient: Variable
     inputs: dict
+
+
+@dataclass(frozen=True)
+class Centre:
+    """Where a control variate is centred.
+
+    Attributes
+    ----------
+    position : ndarray
+        The sampled variables at the centre.
+    likelihood_gradient : ndarray
+        Full-data log-likelihood gradient there.
+    blocks : tuple of ndarray
+        Values of the other free variables at the centre, in the order of
+        ``density.other_blocks``.
+    """
+
+    position: np.ndarray
+    likelihood_gradient: np.ndarray
+    blocks: tuple = ()
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """Return the control-variate estimator's inputs by name."""
+        named = {"centre": self.position, "centre_likelihood_gradient": self.likelihood_gradient}
+        named.update({f"centre_block_{i}": value for i, value in enumerate(self.blocks)})
+        return named
 
 
 def minibatch_gradient(density: MinibatchLogDensity) -> GradientEstimator:
@@ -69,14 +102,24 @@ def control_variate_gradient(density: MinibatchLogDensity) -> GradientEstimator:
     """Return the control-variate gradient estimate centred at an input point."""
     centre = pt.vector("centre", dtype="float64")
     centre_gradient = pt.vector("centre_likelihood_gradient", dtype="float64")
-    at_centre = graph_replace(density.likelihood_gradient, {density.position: centre})
+    blocks = {
+        f"centre_block_{i}": shared.type(f"centre_block_{i}")
+        for i, shared in enumerate(density.other_blocks)
+    }
+    replacements = {density.position: centre}
+    replacements.update(zip(density.other_blocks, blocks.values(), strict=True))
+    at_centre = graph_replace(density.likelihood_gradient, replacements, strict=False)
     gradient = density.prior_gradient + centre_gradient + density.likelihood_gradient - at_centre
-    inputs = {"centre": centre, "centre_likelihood_gradient": centre_gradient}
+    inputs = {"centre": centre, "centre_likelihood_gradient": centre_gradient, **blocks}
     return GradientEstimator("control_variate", gradient, inputs)
 
 
-class DataProbe:
-    """Numerical access to a minibatch log density for tuning.
+#: Builders of the gradient estimators, by name.
+ESTIMATORS = {"minibatch": minibatch_gradient, "control_variate": control_variate_gradient}
+
+
+class Probe:
+    """Numerical access to a minibatch log density and its estimators, for tuning.
 
     Parameters
     ----------
@@ -88,9 +131,11 @@ class DataProbe:
         Rows per chunk when summing over the full data, which bounds memory.
     """
 
-    def __init__(self, density, compile_kwargs=None, chunk_rows=50_000):
+    def __init__(self, density: MinibatchLogDensity, compile_kwargs=None, chunk_rows=50_000):
+        self.density = density
         self.n_rows = density.n_rows
         self.chunk_rows = int(chunk_rows)
+        self._compile_kwargs = dict(compile_kwargs or {})
         self._terms = pytensor.function(
             [density.position, density.indices],
             [
@@ -99,25 +144,39 @@ class DataProbe:
                 density.log_likelihood,
                 density.likelihood_gradient,
             ],
-            **(compile_kwargs or {}),
+            **self._compile_kwargs,
         )
+        self._estimators = {}
 
     def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``."""
         return self._terms(position, np.asarray(indices, dtype=np.int64))
 
+    def gradient(self, estimator: str, position, indices, inputs=None):
+        """Return the estimate of ``estimator`` (a key of :data:`ESTIMATORS`) on ``indices``.
+
+        ``inputs`` are the estimator's inputs by name (e.g. ``Centre.inputs()``).
+        The function is compiled from the estimator's graph on first use.
+        """
+        if estimator == "minibatch":
+            return self.minibatch_gradient(position, indices)
+        if estimator not in self._estimators:
+            symbolic = ESTIMATORS[estimator](self.density)
+            function = pytensor.function(
+                [self.density.position, self.density.indices, *symbolic.inputs.values()],
+                symbolic.gradient,
+                on_unused_input="ignore",
+                **self._compile_kwargs,
+            )
+            self._estimators[estimator] = (function, tuple(symbolic.inputs))
+        function, names = self._estimators[estimator]
+        values = [inputs[name] for name in names]
+        return function(position, np.asarray(indices, dtype=np.int64), *values)
+
     def minibatch_gradient(self, position, indices):
-        """Return the plain minibatch gradient estimate."""
+        """Return the plain minibatch gradient estimate (from the terms, compiled once)."""
         _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
         return prior_gradient + likelihood_gradient
-
-    def control_variate_gradient(self, position, indices, centre, centre_gradient):
-        """Return the control-variate gradient estimate (see :func:`control_variate_gradient`)."""
-        _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
-        _, _, _, likelihood_gradient_at_centre = self.terms(centre, indices)
-        return (
-            prior_gradient + centre_gradient + likelihood_gradient - likelihood_gradient_at_centre
-        )
 
     def full(self, position):
         """Return the exact log posterior, its gradient and the log-likelihood gradient.
@@ -142,6 +201,23 @@ class DataProbe:
             total += weight * value
             gradient += weight * chunk_gradient
         return total, gradient
+
+    def blocks(self) -> tuple:
+        """Return the current values of the other free variables."""
+        return tuple(
+            np.array(shared.get_value(borrow=True), copy=True)
+            for shared in self.density.other_blocks
+        )
+
+    def centre(self, position, likelihood_gradient=None) -> Centre:
+        """Return a control-variate centre at ``position`` and the other variables' values now.
+
+        ``likelihood_gradient`` is the full-data likelihood gradient there,
+        computed (one full pass) when not given.
+        """
+        if likelihood_gradient is None:
+            _, likelihood_gradient = self.full_likelihood(position)
+        return Centre(np.array(position, copy=True), likelihood_gradient, self.blocks())
 
     def hessian(self, position, indices, steps):
         """Return the Hessian of the minibatch log density on ``indices``.

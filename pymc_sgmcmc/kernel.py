@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +11,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
@@ -23,12 +24,10 @@ class KernelResult:
 
     Attributes
     ----------
-    position : ndarray
+    state : dict of str to ndarray
         State after the last finite inner step.
-    auxiliary : tuple of ndarray
-        Auxiliary state (e.g. momentum) after the last finite inner step.
     log_density : float
-        Minibatch log-density estimate at ``position``, on the last batch.
+        Minibatch log-density estimate at the returned position, on the last batch.
     gradient_norm : float
         Norm of the gradient estimate at the start of the last inner step.
     steps_taken : int
@@ -36,23 +35,26 @@ class KernelResult:
         of them when there was none).
     """
 
-    position: np.ndarray
-    auxiliary: tuple
+    state: dict
     log_density: float
     gradient_norm: float
     steps_taken: int
 
 
+def _placeholder(name: str, scalar: bool):
+    return pt.scalar(name, dtype="float64") if scalar else pt.vector(name, dtype="float64")
+
+
 class Kernel:
-    """K inner steps of a stochastic-gradient sampler, compiled by PyTensor.
+    """K inner steps of a sampler, compiled by PyTensor from its declaration.
 
     One call reads the state, the row indices of K minibatches (a K x B
-    integer array), K standard normal draws (K x D) and K step sizes, and runs
-    all K steps in a compiled ``scan``. Random numbers are drawn outside the
-    graph by the caller, from the chain's generator, in one go per call, so a
-    chain is reproducible from its seed alone. When a step produces a
-    non-finite state or gradient, the state stays at the last finite one for
-    the rest of the call.
+    integer array), the standard normal draws (K x V x D for V noise vectors),
+    the per-step inputs (K values each) and the chain inputs, and runs all K
+    steps in a compiled ``scan``. Random numbers are drawn outside the graph
+    by the caller, from the chain's generator, so a chain is reproducible from
+    its seed alone. When a step produces a non-finite state or gradient, the
+    state stays at the last finite one for the rest of the call.
 
     Only the minibatch rows are read at each step: the graph indexes the data
     with the batch's indices, so the cost of a step does not depend on N.
@@ -63,64 +65,45 @@ class Kernel:
         Symbolic minibatch estimate of the log density.
     estimator : GradientEstimator
         The gradient estimate the update rule uses.
-    update : callable
-        Update rule ``update(position, *auxiliary, gradient=, noise=,
-        step_size=, **hyperparameters)`` returning the new position, or the
-        tuple of the new position and auxiliary variables.
-    n_auxiliary : int
-        Number of auxiliary state vectors (e.g. 1 for a momentum).
-    hyperparameters : mapping of str to float or array
-        Values fixing the type (scalar or vector) of each hyperparameter input;
-        any of them may change between calls without recompiling.
+    dynamics : type of Dynamics
+        The sampler's declaration: state, noise, inputs and update rule.
     compile_kwargs : dict, optional
-        Passed to :func:`pymc.compile`, e.g. ``{"mode": "NUMBA"}`` to choose
-        PyTensor's backend.
+        Passed to :func:`pymc.compile`, e.g. ``{"mode": "NUMBA"}``.
     """
 
     def __init__(
         self,
         density: MinibatchLogDensity,
         estimator: GradientEstimator,
-        update: Callable,
-        n_auxiliary: int,
-        hyperparameters: Mapping[str, float | np.ndarray],
+        dynamics: type[Dynamics],
         compile_kwargs: dict | None = None,
     ):
-        position = density.position
-        auxiliary = [pt.vector(f"auxiliary_{i}", dtype="float64") for i in range(n_auxiliary)]
-        noise = pt.vector("noise", dtype="float64")
-        step_size = pt.scalar("step_size", dtype="float64")
-        hyper_inputs = {
-            name: pt.tensor(name, shape=(None,) * np.ndim(value), dtype="float64")
-            for name, value in hyperparameters.items()
+        self.dynamics = dynamics
+        state = {"position": density.position}
+        state.update({v.name: _placeholder(v.name, v.scalar) for v in dynamics.state})
+        noise = pt.matrix("noise", dtype="float64")
+        step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
+        chain_inputs = {
+            spec.name: _placeholder(spec.name, spec.scalar) for spec in dynamics.chain_inputs_spec
         }
-        new_state = update(
-            position,
-            *auxiliary,
-            gradient=estimator.gradient,
-            noise=noise,
-            step_size=step_size,
-            **hyper_inputs,
-        )
-        if not isinstance(new_state, tuple):
-            new_state = (new_state,)
+        new_state = dynamics.step(state, estimator.gradient, noise, {**chain_inputs, **step_inputs})
+        new_state = [pt.as_tensor(new_state[name], dtype="float64") for name in state]
         gradient_norm = pt.sqrt(pt.sum(estimator.gradient**2))
-        state_inputs = [position, *auxiliary]
-        checked = pt.concatenate([gradient_norm[None], new_state[0]])
+        checked = pt.concatenate([gradient_norm[None], *(pt.atleast_1d(s) for s in new_state)])
         finite = ~(pt.any(pt.isnan(checked)) | pt.any(pt.isinf(checked)))
         # ``alive`` turns false at the first non-finite step and stays false:
         # from then on the state stays at the last finite one.
         alive = pt.scalar("alive", dtype="bool")
         still_alive = alive & finite
-        kept_state = [
+        kept = [
             pt.switch(still_alive, new, old)
-            for new, old in zip(new_state, state_inputs, strict=True)
+            for new, old in zip(new_state, state.values(), strict=True)
         ]
-        step_outputs = [*kept_state, still_alive, gradient_norm]
+        step_outputs = [*kept, still_alive, gradient_norm]
 
-        named_inputs = {**hyper_inputs, **estimator.inputs}
-        sequence_inputs = [density.indices, noise, step_size]
-        placeholders = [*sequence_inputs, *state_inputs, alive, *named_inputs.values()]
+        named_inputs = {**chain_inputs, **estimator.inputs}
+        sequences = [density.indices, noise, *step_inputs.values()]
+        placeholders = [*sequences, *state.values(), alive, *named_inputs.values()]
 
         def inner_step(*arguments):
             # scan passes the sequences, then the state, then the non-sequences.
@@ -129,10 +112,11 @@ class Kernel:
             )
 
         batch_indices = pt.matrix("batch_indices", dtype=density.indices.dtype)
-        noises = pt.matrix("noises", dtype="float64")
-        step_sizes = pt.vector("step_sizes", dtype="float64")
+        noises = pt.tensor3("noises", dtype="float64")
+        step_values = [pt.vector(f"{name}s", dtype="float64") for name in step_inputs]
         initial_state = [
-            pt.vector(f"initial_{i}", dtype="float64") for i in range(len(state_inputs))
+            pt.tensor(f"initial_{name}", shape=(None,) * variable.ndim, dtype="float64")
+            for name, variable in state.items()
         ]
         named_values = [
             pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
@@ -140,15 +124,15 @@ class Kernel:
         ]
         outputs, _ = pytensor.scan(
             inner_step,
-            sequences=[batch_indices, noises, step_sizes],
+            sequences=[batch_indices, noises, *step_values],
             outputs_info=[*initial_state, pt.as_tensor(np.True_), None],
             non_sequences=named_values,
             n_steps=batch_indices.shape[0],
             strict=False,
             return_list=True,
         )
-        *states, alive_steps, norms = outputs
-        steps_taken = pt.sum(alive_steps)
+        *states, _, norms = outputs
+        steps_taken = pt.sum(outputs[-2])
         results = [s[-1] for s in states]
         # The log density is a statistic only: evaluated once, at the returned
         # position with the last batch, not inside the loop.
@@ -157,38 +141,78 @@ class Kernel:
             {density.position: results[0], density.indices: batch_indices[-1]},
             strict=False,
         )
-        inputs = [*initial_state, batch_indices, noises, step_sizes, *named_values]
+        inputs = [*initial_state, batch_indices, noises, *step_values, *named_values]
+        self.state_names = tuple(state)
         self.input_names = tuple(named_inputs)
-        self.n_auxiliary = n_auxiliary
+        self._input_types = {name: variable.type for name, variable in named_inputs.items()}
         # Numba's fast-math flags let LLVM assume values are finite, which would
         # remove the divergence check; the kernel is compiled without them.
         with pytensor.config.change_flags(numba__fastmath=False):
             self._function = pm.compile(
                 inputs,
                 [*results, log_density, norms[-1], steps_taken],
+                on_unused_input="ignore",
                 **(compile_kwargs or {}),
             )
         self._function.trust_input = True
 
+    def prepare(self, named: Mapping[str, np.ndarray], size: int) -> list[np.ndarray]:
+        """Check a chain's named inputs once and return them in the kernel's order.
+
+        The kernel runs its calls without checking its inputs, so this is where
+        a wrong shape or type is caught: every declared input must be present,
+        scalars must be scalars and vectors must have ``size`` entries.
+
+        Raises
+        ------
+        ValueError
+            If an input is missing or has the wrong shape.
+        """
+        vectors = {s.name for s in self.dynamics.chain_inputs_spec if not s.scalar}
+        vectors |= {"centre", "centre_likelihood_gradient"}
+        values = []
+        for name in self.input_names:
+            if name not in named:
+                raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
+            kind = self._input_types[name]
+            value = np.array(named[name], dtype=kind.dtype, order="C")
+            expected = (size,) if name in vectors else kind.shape
+            if value.ndim != kind.ndim or any(
+                length is not None and length != actual
+                for length, actual in zip(expected, value.shape, strict=True)
+            ):
+                raise ValueError(
+                    f"The {self.dynamics.name} kernel input {name!r} has shape {value.shape}; "
+                    f"expected {tuple('any' if n is None else n for n in expected)}."
+                )
+            values.append(value)
+        return values
+
     def __call__(
         self,
-        position: np.ndarray,
-        auxiliary: Sequence[np.ndarray],
+        state: Mapping[str, np.ndarray],
         indices: np.ndarray,
         noise: np.ndarray,
-        step_sizes: np.ndarray,
-        named_values: Sequence[np.ndarray],
+        step_inputs: Mapping[str, np.ndarray],
+        values: list[np.ndarray],
     ) -> KernelResult:
-        """Take ``len(indices)`` inner steps from ``position``.
+        """Take ``len(indices)`` inner steps from ``state``.
 
-        ``indices`` holds one minibatch of row indices per row, ``noise`` one
-        standard normal draw per row and ``step_sizes`` one step size per
-        step. ``named_values`` are the hyperparameters and estimator inputs,
-        in the order of :attr:`input_names`.
+        ``indices`` holds one minibatch of row indices per step, ``noise`` the
+        standard normal draws of every step (K x V x D), ``step_inputs`` K
+        values of each per-step input, and ``values`` the chain inputs as
+        returned by :meth:`prepare`.
         """
-        *state, log_density, gradient_norm, steps_taken = self._function(
-            position, *auxiliary, indices, noise, step_sizes, *named_values
+        *new_state, log_density, gradient_norm, steps_taken = self._function(
+            *(state[name] for name in self.state_names),
+            indices,
+            noise,
+            *(step_inputs[name] for name in self.dynamics.step_inputs),
+            *values,
         )
         return KernelResult(
-            state[0], tuple(state[1:]), float(log_density), float(gradient_norm), int(steps_taken)
+            dict(zip(self.state_names, new_state, strict=True)),
+            float(log_density),
+            float(gradient_norm),
+            int(steps_taken),
         )

@@ -63,6 +63,9 @@ class MinibatchLogDensity:
         Their gradients with respect to ``position``.
     n_rows : int
         Number of rows N shared by all observed variables.
+    other_blocks : tuple of SharedVariable
+        The values of the model's other free variables (sampled by other step
+        methods), which the graphs read as shared variables.
     """
 
     position: Variable
@@ -72,6 +75,7 @@ class MinibatchLogDensity:
     prior_gradient: Variable
     likelihood_gradient: Variable
     n_rows: int
+    other_blocks: tuple = ()
 
     @property
     def log_density(self) -> Variable:
@@ -278,6 +282,7 @@ def build_minibatch_log_density(
         pytensor.grad(prior, position, disconnected_inputs="ignore"),
         pytensor.grad(likelihood, position, disconnected_inputs="ignore"),
         n_rows,
+        tuple((shared or {}).values()),
     )
 
 

@@ -19,6 +19,8 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
 
+from pymc_sgmcmc.diagnostics import monte_carlo_errors
+
 __all__ = [
     "PanelModel",
     "correlated_regression",
@@ -51,6 +53,9 @@ class PanelModel:
         The parameter values the data were simulated from, where kept.
     key : dict
         The builder's arguments, identifying the model for cached references.
+    mean_se, sd_se : dict of str to ndarray, optional
+        Monte Carlo standard errors of the reference means and sds (``None``
+        for an exact reference).
     """
 
     name: str
@@ -61,6 +66,8 @@ class PanelModel:
     correlation: float | None = None
     truth: dict[str, np.ndarray] | None = None
     key: dict = field(default_factory=dict)
+    mean_se: dict[str, np.ndarray] | None = None
+    sd_se: dict[str, np.ndarray] | None = None
 
 
 def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> PanelModel:
@@ -223,7 +230,7 @@ def nuts_reference(panel: PanelModel, draws=None, tune=1000, chains=None, refres
     large = panel.n_rows >= 200_000
     draws = draws or (1000 if large else 2000)
     chains = chains or (2 if large else 4)
-    settings = {**panel.key, "draws": draws, "tune": tune, "chains": chains}
+    settings = {**panel.key, "draws": draws, "tune": tune, "chains": chains, "summary": 2}
 
     def run_nuts():
         with panel.model:
@@ -242,12 +249,20 @@ def nuts_reference(panel: PanelModel, draws=None, tune=1000, chains=None, refres
                 f"The NUTS reference run for {panel.name} did not converge (R-hat "
                 f"{worst_rhat:.3f}); nothing was cached."
             )
-        stored = {"settings": settings, "rhat": worst_rhat, "means": {}, "sds": {}}
+        stored = {"settings": settings, "rhat": worst_rhat}
+        for key in ("means", "sds", "mean_se", "sd_se"):
+            stored[key] = {}
         for variable in panel.model.free_RVs:
-            draws_array = np.asarray(posterior[variable.name])
+            name = variable.name
+            draws_array = np.asarray(posterior[name])
             flat = draws_array.reshape(-1, *draws_array.shape[2:])
-            stored["means"][variable.name] = flat.mean(axis=0).tolist()
-            stored["sds"][variable.name] = flat.std(axis=0).tolist()
+            stored["means"][name] = flat.mean(axis=0).tolist()
+            stored["sds"][name] = flat.std(axis=0).tolist()
+            by_chain = draws_array.reshape(*draws_array.shape[:2], -1)
+            errors = [monte_carlo_errors(by_chain[..., j]) for j in range(by_chain.shape[-1])]
+            shape = draws_array.shape[2:]
+            stored["mean_se"][name] = np.reshape([e[0] for e in errors], shape).tolist()
+            stored["sd_se"][name] = np.reshape([e[1] for e in errors], shape).tolist()
         return stored
 
     return _attach(panel, _cached("nuts", settings, run_nuts, refresh))
@@ -274,6 +289,9 @@ def _attach(panel: PanelModel, stored: dict) -> PanelModel:
     """Fill ``panel``'s reference means and sds from a stored summary."""
     panel.means = {name: np.asarray(value) for name, value in stored["means"].items()}
     panel.sds = {name: np.asarray(value) for name, value in stored["sds"].items()}
+    if "mean_se" in stored:
+        panel.mean_se = {name: np.asarray(value) for name, value in stored["mean_se"].items()}
+        panel.sd_se = {name: np.asarray(value) for name, value in stored["sd_se"].items()}
     return panel
 
 

@@ -1,7 +1,7 @@
 """Validation panel: accuracy and cost of the samplers' defaults.
 
 Run ``python -m pymc_sgmcmc.validate`` to sample every panel model with
-``SGLD(batch_size=...)`` and ``SGHMC(batch_size=...)`` (nothing else set) and
+every sampler of the registry, given ``batch_size`` and nothing else, and
 print, per run, the largest ``|mean error| / sd`` and the sd ratio farthest
 from 1 against the reference posterior (exact, or a long NUTS run computed
 once and cached), the ESS per 1,000 inner steps and the wall time. A run meets
@@ -26,7 +26,7 @@ from pymc_sgmcmc.panel import (
     normal_inverse_gamma_regression,
     nuts_reference,
 )
-from pymc_sgmcmc.step_methods import SGHMC, SGLD
+from pymc_sgmcmc.registry import SAMPLERS
 
 __all__ = ["PANEL", "main", "run_panel"]
 
@@ -40,7 +40,6 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     ),
     "hierarchical": lambda: nuts_reference(hierarchical_regression()),
 }
-SAMPLERS = {"SGLD": SGLD, "SGHMC": SGHMC}
 HEADER = (
     "| model | N | sampler | max abs mean error / sd | worst sd ratio | "
     "ESS per 1,000 inner steps | wall time (s) | bar met |"
@@ -55,7 +54,7 @@ def run_panel(models, samplers, batch_size=100, draws=3000, tune=100, chains=2, 
     models : sequence of str
         Keys of :data:`PANEL`.
     samplers : sequence of str
-        ``"SGLD"`` and/or ``"SGHMC"``.
+        Names in :data:`pymc_sgmcmc.registry.SAMPLERS`.
     batch_size : int, default 100
         The one argument given to the samplers.
     draws, tune, chains, seed : int

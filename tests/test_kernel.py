@@ -11,10 +11,12 @@ from pytensor.tensor import subtensor
 from pytensor.tensor.shape import Shape, Shape_i
 
 from pymc_sgmcmc import SGHMC, SGLD
-from pymc_sgmcmc.estimators import control_variate_gradient, minibatch_gradient
-from pymc_sgmcmc.integrators import langevin_update, underdamped_langevin_update
+from pymc_sgmcmc.estimators import Centre, Probe, control_variate_gradient, minibatch_gradient
 from pymc_sgmcmc.kernel import Kernel
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
+from pymc_sgmcmc.registry import SAMPLERS
+from pymc_sgmcmc.samplers.sghmc import Underdamped
+from pymc_sgmcmc.samplers.sgld import Langevin
 
 N_ROWS = 400
 #: Operations that read the data in O(B): gathering rows, reading its length.
@@ -43,69 +45,83 @@ def density(model):
     return build_minibatch_log_density(model, model.value_vars)
 
 
-def inputs(n_steps, size=3, batch=20, seed=0):
+def make_inputs(n_steps, size=3, batch=20, seed=0):
     rng = np.random.default_rng(seed)
     indices = rng.integers(N_ROWS, size=(n_steps, batch))
-    noise = rng.standard_normal((n_steps, size))
+    noise = rng.standard_normal((n_steps, 1, size))
     return indices, noise
 
 
-def test_fused_steps_equal_the_update_rule_applied_step_by_step(density):
-    """K fused SGHMC steps with control variates reproduce the numpy recursion."""
-    estimator = control_variate_gradient(density)
-    hyper = {"temperature": 1.0, "friction": np.full(3, 2.0), "mass": np.full(3, 1.5)}
-    kernel = Kernel(density, estimator, SGHMC.update, 1, hyper)
-    gradient = pm.compile(
-        [density.position, density.indices, *estimator.inputs.values()], estimator.gradient
-    )
-    centre = np.array([0.5, -0.3, 0.1])
-    centre_gradient = np.array([3.0, -2.0, 1.0])
-    named = {**hyper, "centre": centre, "centre_likelihood_gradient": centre_gradient}
-    values = [np.asarray(named[name], dtype="float64") for name in kernel.input_names]
-    indices, noise = inputs(7)
-    step_sizes = np.linspace(0.01, 0.02, 7)
-    position, momentum = np.array([0.2, 0.1, -0.1]), np.array([0.3, -0.2, 0.0])
+def chain_inputs(dynamics, size=3):
+    inputs = dynamics.chain_inputs(np.full(size, 0.7), 1.0, {"critical_friction": 2.0})
+    return inputs
 
-    result = kernel(position, (momentum,), indices, noise, step_sizes, values)
+
+@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=list(SAMPLERS))
+def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler):
+    """K fused steps with control variates reproduce the declared rule applied with numpy."""
+    dynamics = sampler.dynamics_class()
+    kernel = Kernel(density, control_variate_gradient(density), type(dynamics))
+    probe = Probe(density)
+    centre = Centre(np.array([0.5, -0.3, 0.1]), np.array([3.0, -2.0, 1.0]))
+    inputs = chain_inputs(dynamics)
+    values = kernel.prepare({**inputs, **centre.inputs()}, 3)
+    indices, _ = make_inputs(7)
+    rng = np.random.default_rng(5)
+    noise = rng.standard_normal((7, dynamics.noise_vectors, 3))
+    step_sizes = np.linspace(0.01, 0.02, 7)
+    state = dynamics.initial_state(np.array([0.2, 0.1, -0.1]), inputs, rng)
+
+    result = kernel(state, indices, noise, {"step_size": step_sizes}, values)
 
     for k in range(7):
-        g = gradient(position, indices[k], centre, centre_gradient)
-        position, momentum = underdamped_langevin_update(
-            position, momentum, g, noise[k], step_sizes[k], 2.0, 1.5, 1.0
-        )
+        g = probe.gradient("control_variate", state["position"], indices[k], centre.inputs())
+        state = dynamics.step(state, g, noise[k], {**inputs, "step_size": step_sizes[k]})
     assert result.steps_taken == 7
-    np.testing.assert_allclose(result.position, position, rtol=1e-10)
-    np.testing.assert_allclose(result.auxiliary[0], momentum, rtol=1e-10)
+    for name, value in state.items():
+        np.testing.assert_allclose(result.state[name], value, rtol=1e-10)
 
 
 @pytest.mark.parametrize("mode", ["NUMBA", "FAST_RUN"])
 def test_backends_run_the_same_recursion(density, mode):
     """SGLD's fused steps agree with numpy on the Numba and the C backend."""
-    hyper = {"temperature": 1.0, "preconditioner": np.full(3, 0.5)}
-    kernel = Kernel(density, minibatch_gradient(density), SGLD.update, 0, hyper, {"mode": mode})
+    dynamics = Langevin()
+    kernel = Kernel(density, minibatch_gradient(density), Langevin, {"mode": mode})
     gradient = pm.compile([density.position, density.indices], density.gradient)
-    indices, noise = inputs(5, seed=1)
+    indices, noise = make_inputs(5, seed=1)
+    inputs = chain_inputs(dynamics)
+    values = kernel.prepare(inputs, 3)
     position = np.zeros(3)
-    values = [np.asarray(hyper[name], dtype="float64") for name in kernel.input_names]
-    result = kernel(position, (), indices, noise, np.full(5, 1e-3), values)
+    result = kernel({"position": position}, indices, noise, {"step_size": np.full(5, 1e-3)}, values)
+    state = {"position": position}
     for k in range(5):
-        position = langevin_update(
-            position, gradient(position, indices[k]), noise[k], 1e-3, 1.0, 0.5
-        )
-    np.testing.assert_allclose(result.position, position, rtol=1e-10)
+        g = gradient(state["position"], indices[k])
+        state = Langevin.step(state, g, noise[k], {**inputs, "step_size": 1e-3})
+    np.testing.assert_allclose(result.state["position"], state["position"], rtol=1e-10)
 
 
 def test_loop_stops_at_the_last_finite_state(density):
-    hyper = {"temperature": 1.0, "preconditioner": np.ones(3)}
-    kernel = Kernel(density, minibatch_gradient(density), SGLD.update, 0, hyper)
-    values = [np.asarray(hyper[name], dtype="float64") for name in kernel.input_names]
-    indices, noise = inputs(6, seed=2)
+    kernel = Kernel(density, minibatch_gradient(density), Langevin)
+    values = kernel.prepare(chain_inputs(Langevin()), 3)
+    indices, noise = make_inputs(6, seed=2)
     step_sizes = np.array([1e-3, 1e-3, 1e-3, np.inf, 1e-3, 1e-3])
-    result = kernel(np.zeros(3), (), indices, noise, step_sizes, values)
-    prefix = kernel(np.zeros(3), (), indices[:3], noise[:3], step_sizes[:3], values)
+    start = {"position": np.zeros(3)}
+    result = kernel(start, indices, noise, {"step_size": step_sizes}, values)
+    prefix = kernel(start, indices[:3], noise[:3], {"step_size": step_sizes[:3]}, values)
     assert result.steps_taken == 3
-    np.testing.assert_array_equal(result.position, prefix.position)
-    assert np.all(np.isfinite(result.position))
+    np.testing.assert_array_equal(result.state["position"], prefix.state["position"])
+    assert np.all(np.isfinite(result.state["position"]))
+
+
+def test_kernel_inputs_are_checked_once_per_chain(density):
+    kernel = Kernel(density, minibatch_gradient(density), Underdamped)
+    inputs = chain_inputs(Underdamped())
+    with pytest.raises(ValueError, match="'mass' has shape"):
+        kernel.prepare({**inputs, "mass": np.ones(4)}, 3)
+    with pytest.raises(ValueError, match="needs the input 'friction'"):
+        kernel.prepare({"temperature": 1.0, "mass": np.ones(3)}, 3)
+    with pytest.raises(ValueError, match="'temperature' has shape"):
+        kernel.prepare({**inputs, "temperature": np.ones(3)}, 3)
 
 
 def data_uses(fgraph, data):
@@ -163,7 +179,7 @@ def test_compiled_kernel_reads_only_minibatch_rows(model):
     with model:
         step = SGHMC(batch_size=20, step_size=1e-3, preconditioner=None, steps_per_draw=4)
     for estimator in ("minibatch", "control_variate"):
-        fgraph = step.kernel(estimator)._function.maker.fgraph
+        fgraph = step.compiled.kernel(Underdamped, estimator)._function.maker.fgraph
         data = full_data(fgraph)
         assert data, "the kernel must read the data"
         uses = data_uses(fgraph, data)

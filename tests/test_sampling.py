@@ -8,7 +8,9 @@ import numpy as np
 import pymc as pm
 import pytest
 
+import pymc_sgmcmc
 from pymc_sgmcmc import SGHMC, SGLD, PolynomialDecay
+from pymc_sgmcmc.registry import SAMPLERS
 
 matplotlib.use("Agg")
 pytestmark = pytest.mark.integration
@@ -43,7 +45,14 @@ def group_names(result):
     return set(result.children)
 
 
-@pytest.mark.parametrize("step_class", [SGLD, SGHMC])
+def test_every_registered_sampler_is_a_public_step_method():
+    for name, sampler in SAMPLERS.items():
+        assert getattr(pymc_sgmcmc, name) is sampler and name in pymc_sgmcmc.__all__
+        assert issubclass(sampler, pm.step_methods.arraystep.ArrayStepShared)
+        assert sampler.__doc__
+
+
+@pytest.mark.parametrize("step_class", list(SAMPLERS.values()), ids=list(SAMPLERS))
 def test_same_seed_gives_identical_draws_whatever_cores(model, step_class):
     sequential = run(model, step_class, cores=1)
     parallel = run(model, step_class, cores=2)
@@ -102,3 +111,39 @@ def test_divergence_stops_the_chain_and_warns(model, caplog):
     assert diverging.any()
     assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
     assert "Reduce step_size" in caplog.text
+
+
+@pytest.mark.parametrize("step_class", list(SAMPLERS.values()), ids=list(SAMPLERS))
+def test_sampling_state_snapshot_restores_the_chain(model, step_class):
+    """The per-chain state is PyMC step state: restoring a snapshot replays the same draws."""
+    with model:
+        step = step_class(batch_size=50, steps_per_draw=3)
+    step.set_rng(np.random.default_rng(4))
+    point = model.initial_point()
+    for _ in range(3):
+        point, _ = step.step(point)
+    snapshot = step.sampling_state
+    first = [step.step(point)[0] for _ in range(2)]
+    step.sampling_state = snapshot
+    again = [step.step(point)[0] for _ in range(2)]
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a["beta"], b["beta"])
+
+
+def test_warnings_reach_pymc_as_sampler_warnings(model, caplog):
+    with model, caplog.at_level(logging.WARNING, logger="pymc"):
+        step = SGLD(batch_size=50, step_size=0.5)
+        result = pm.sample(
+            step=step,
+            draws=5,
+            tune=0,
+            chains=1,
+            cores=1,
+            random_seed=1,
+            progressbar=False,
+            keep_warning_stat=True,
+            compute_convergence_checks=False,
+        )
+    warnings = [w for w in np.asarray(result.sample_stats["warning"]).ravel() if w is not None]
+    assert warnings and all(isinstance(w, pm.stats.convergence.SamplerWarning) for w in warnings)
+    assert "leave step_size unset" in caplog.text

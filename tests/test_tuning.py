@@ -1,59 +1,72 @@
-"""The Gaussian model of the chain behind the step-size rules."""
+"""The Gaussian models behind the step-size rules, and the tuner that uses them."""
 
 import numpy as np
 import pytest
 
-from pymc_sgmcmc.tuning import (
-    langevin_relaxation_steps,
-    langevin_step_size,
-    langevin_variance_inflation,
+from pymc_sgmcmc.samplers.sghmc import (
+    Underdamped,
     underdamped_relaxation_steps,
-    underdamped_step_size,
     underdamped_variance_inflation,
 )
+from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
+from pymc_sgmcmc.schedules import ConstantStepSize
+from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 
 N_CHAINS = 40_000
 # Monte Carlo sd of a variance estimated from N_CHAINS independent chains.
 VARIANCE_MC_SD = np.sqrt(2 / N_CHAINS)
 
 
-def simulate_langevin(step_size, curvature, noise, n_steps=1500, seed=0):
+def simulate_langevin(step_size, curvature, noise, temperature=1.0, n_steps=1500, seed=0):
+    """Relative excess variance of SGLD on N(0, tau / a), gradient noise of variance ``noise``."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=N_CHAINS) / np.sqrt(curvature)
+    x = rng.normal(size=N_CHAINS) * np.sqrt(temperature / curvature)
+    state = {"position": x}
+    inputs = {"step_size": step_size, "temperature": temperature, "preconditioner": 1.0}
     for _ in range(n_steps):
-        gradient = -curvature * x + np.sqrt(noise) * rng.normal(size=N_CHAINS)
-        x = x + step_size * gradient + np.sqrt(2 * step_size) * rng.normal(size=N_CHAINS)
-    return curvature * x.var() - 1
+        gradient = -curvature * state["position"] + np.sqrt(noise) * rng.normal(size=N_CHAINS)
+        state = Langevin.step(state, gradient, rng.normal(size=(1, N_CHAINS)), inputs)
+    return curvature * state["position"].var() / temperature - 1
 
 
-def simulate_underdamped(step_size, friction, curvature, noise, n_steps=1500, seed=0):
+def simulate_underdamped(
+    step_size, friction, curvature, noise, mass=1.0, temperature=1.0, n_steps=1500, seed=0
+):
+    """The same for SGHMC with the given (per-coordinate) friction and mass."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=N_CHAINS) / np.sqrt(curvature)
-    r = rng.normal(size=N_CHAINS)
+    x = rng.normal(size=N_CHAINS) * np.sqrt(temperature / curvature)
+    state = {"position": x, "momentum": rng.normal(size=N_CHAINS) * np.sqrt(temperature * mass)}
+    inputs = {
+        "step_size": step_size,
+        "friction": friction,
+        "mass": mass,
+        "temperature": temperature,
+    }
     for _ in range(n_steps):
-        gradient = -curvature * x + np.sqrt(noise) * rng.normal(size=N_CHAINS)
-        r = (
-            (1 - step_size * friction) * r
-            + step_size * gradient
-            + np.sqrt(2 * step_size * friction) * rng.normal(size=N_CHAINS)
-        )
-        x = x + step_size * r
-    return curvature * x.var() - 1
+        gradient = -curvature * state["position"] + np.sqrt(noise) * rng.normal(size=N_CHAINS)
+        state = Underdamped.step(state, gradient, rng.normal(size=(1, N_CHAINS)), inputs)
+    return curvature * state["position"].var() / temperature - 1
 
 
-@pytest.mark.parametrize(("step_size", "curvature", "noise"), [(0.05, 2.0, 3.0), (0.2, 1.0, 0.0)])
-def test_langevin_inflation_matches_simulation(step_size, curvature, noise):
-    simulated = simulate_langevin(step_size, curvature, noise)
-    predicted = langevin_variance_inflation(step_size, curvature, noise)
+@pytest.mark.parametrize(
+    ("step_size", "curvature", "noise", "temperature"),
+    [(0.05, 2.0, 3.0, 1.0), (0.2, 1.0, 0.0, 1.0), (0.05, 2.0, 3.0, 0.1)],
+)
+def test_langevin_inflation_matches_simulation(step_size, curvature, noise, temperature):
+    simulated = simulate_langevin(step_size, curvature, noise, temperature)
+    predicted = langevin_variance_inflation(step_size, curvature, noise / temperature)
     assert abs(simulated - predicted) < 4 * VARIANCE_MC_SD * (1 + predicted)
 
 
 @pytest.mark.parametrize(
-    ("step_size", "friction", "curvature", "noise"), [(0.2, 1.5, 2.0, 3.0), (0.4, 0.5, 1.0, 0.1)]
+    ("step_size", "friction", "curvature", "noise", "temperature"),
+    [(0.2, 1.5, 2.0, 3.0, 1.0), (0.4, 0.5, 1.0, 0.1, 1.0), (0.2, 1.5, 2.0, 3.0, 0.2)],
 )
-def test_underdamped_inflation_matches_simulation(step_size, friction, curvature, noise):
-    simulated = simulate_underdamped(step_size, friction, curvature, noise)
-    predicted = underdamped_variance_inflation(step_size, friction, curvature, noise)
+def test_underdamped_inflation_matches_simulation(
+    step_size, friction, curvature, noise, temperature
+):
+    simulated = simulate_underdamped(step_size, friction, curvature, noise, temperature=temperature)
+    predicted = underdamped_variance_inflation(step_size, friction, curvature, noise / temperature)
     assert abs(simulated - predicted) < 4 * VARIANCE_MC_SD * (1 + predicted)
 
 
@@ -63,26 +76,108 @@ def test_negative_control_noise_ignored_in_prediction_is_caught():
     assert abs(simulated - langevin_variance_inflation(0.05, 2.0, 0.0)) > 4 * VARIANCE_MC_SD
 
 
-def test_step_sizes_meet_the_budget_exactly():
-    step_size = langevin_step_size(0.05, 2.0, 0.3)
-    assert langevin_variance_inflation(step_size, 2.0, 0.3) == pytest.approx(0.05)
-    assert langevin_variance_inflation(step_size, 1.0, 0.3) < 0.05
-    curvatures = [0.5, 1.0, 2.0]
-    step_size = underdamped_step_size(0.05, curvatures, 2 * np.sqrt(0.5), 0.3)
-    worst = max(underdamped_variance_inflation(step_size, np.sqrt(2), a, 0.3) for a in curvatures)
-    assert worst == pytest.approx(0.05, rel=1e-6)
+def test_negative_control_temperature_ignored_in_prediction_is_caught():
+    """At temperature 0.1 the noise weighs ten times more than the untempered formula says."""
+    simulated = simulate_langevin(0.05, 2.0, 3.0, temperature=0.1)
+    assert abs(simulated - langevin_variance_inflation(0.05, 2.0, 3.0)) > 4 * VARIANCE_MC_SD
 
 
-def test_more_noise_means_smaller_steps():
-    assert langevin_step_size(0.05, 1.0, 10.0) < langevin_step_size(0.05, 1.0, 0.1)
-    assert underdamped_step_size(0.05, [1.0], 2.0, 10.0) < underdamped_step_size(
-        0.05, [1.0], 2.0, 0.1
+@pytest.mark.parametrize(("friction", "mass"), [(None, 4.0), (30.0, None), (3.0, 0.25)])
+def test_sghmc_model_sees_the_given_friction_and_mass(friction, mass):
+    """On a Gaussian of curvature 1 in P-scaled coordinates, the model predicts the simulation."""
+    preconditioner = np.array([0.5])
+    dynamics = Underdamped(friction=friction, mass=mass)
+    model = dynamics.gaussian_model((1.0, 1.0), preconditioner, TuningConfig())
+    inputs = dynamics.chain_inputs(preconditioner, 1.0, model.chain_inputs())
+    step_size, noise = 0.05, 2.0
+    # Position x = sqrt(P) z with z ~ N(0, 1): curvature 1 / P in x, noise variance v / P.
+    simulated = simulate_underdamped(
+        step_size,
+        inputs["friction"],
+        1.0 / preconditioner[0],
+        noise / preconditioner[0],
+        mass=inputs["mass"],
     )
+    predicted = model.inflation(step_size, 1.0, noise)
+    assert abs(simulated - predicted) < 4 * VARIANCE_MC_SD * (1 + predicted)
+    relaxation = model.relaxation(step_size, 1.0)
+    assert np.isfinite(relaxation) and relaxation > 1
 
 
 def test_relaxation_times():
-    assert langevin_relaxation_steps(0.01, 1.0) == pytest.approx(-1 / np.log(0.99))
     # Critical damping relaxes in about 1 / (step_size * sqrt(curvature)) steps.
     steps = underdamped_relaxation_steps(0.01, 2.0, 1.0)
     assert 50 < steps < 200
     assert underdamped_variance_inflation(10.0, 2.0, 1.0) == np.inf
+
+
+def gaussian_measurements(noise, curvature=1.0):
+    """Measurements of an uncorrelated Gaussian posterior with sd 1 and isotropic noise."""
+    size = 2
+    identity = np.eye(size)
+    return Measurements(
+        mode=np.zeros(size),
+        centre=None,
+        hessian=-curvature * identity,
+        log_concave=True,
+        laplace_variance=np.ones(size) / curvature,
+        laplace_factor=identity / np.sqrt(curvature),
+        noise_covariance={"minibatch": noise * identity, "control_variate": noise / 100 * identity},
+    )
+
+
+def choices(**kwargs):
+    options = {
+        "step_size": None,
+        "preconditioner": None,
+        "estimators": ("minibatch",),
+        "steps_per_draw": None,
+        "temperature": 1.0,
+        "bias_budget": 0.05,
+    }
+    return UserChoices(**{**options, **kwargs})
+
+
+@pytest.mark.parametrize("dynamics", [Langevin(), Underdamped(), Underdamped(friction=50.0)])
+@pytest.mark.parametrize("temperature", [1.0, 0.1])
+def test_chosen_step_size_meets_the_budget_at_the_actual_temperature(dynamics, temperature):
+    measurements = gaussian_measurements(noise=20.0)
+    settings = choose_settings(dynamics, measurements, choices(temperature=temperature))
+    step_size = settings.step_size.value
+    model = dynamics.gaussian_model((1.0, 1.0), np.ones(2), TuningConfig())
+    inflation = model.inflation(step_size, 1.0, 20.0 / temperature)
+    assert settings.predicted_inflation == pytest.approx(inflation)
+    # Either the budget binds, or the largest stable step size does (a heavy
+    # friction caps the step at 1 / friction).
+    at_bound = step_size == pytest.approx(model.largest_step_size(1.0))
+    assert inflation == pytest.approx(0.05, rel=1e-6) or (at_bound and inflation < 0.05)
+
+
+def test_colder_chains_take_smaller_steps():
+    measurements = gaussian_measurements(noise=20.0)
+    warm = choose_settings(Langevin(), measurements, choices(temperature=1.0))
+    cold = choose_settings(Langevin(), measurements, choices(temperature=0.1))
+    assert cold.step_size.value < 0.2 * warm.step_size.value
+
+
+def test_a_given_step_size_is_kept_and_its_inflation_predicted_with_the_temperature():
+    measurements = gaussian_measurements(noise=20.0)
+    given = choices(step_size=ConstantStepSize(0.01), temperature=0.5)
+    settings = choose_settings(Langevin(), measurements, given)
+    assert settings.step_size.value == 0.01
+    expected = langevin_variance_inflation(0.01, 1.0, 20.0 / 0.5)
+    assert settings.predicted_inflation == pytest.approx(expected)
+    assert any("leave step_size unset" in message for message in settings.warnings)
+
+
+def test_control_variates_win_when_their_noise_is_small():
+    measurements = gaussian_measurements(noise=200.0)
+    settings = choose_settings(
+        Langevin(), measurements, choices(estimators=("minibatch", "control_variate"))
+    )
+    assert settings.estimator == "control_variate"
+
+
+def test_zero_temperature_is_called_optimisation():
+    settings = choose_settings(Langevin(), gaussian_measurements(1.0), choices(temperature=0.0))
+    assert any("optimisation" in message for message in settings.warnings)

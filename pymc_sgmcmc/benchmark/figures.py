@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_sgmcmc.registry import SAMPLERS
+
 __all__ = ["LABELS", "plot_accuracy", "plot_ess_per_second", "plot_means"]
 
 #: Display name of each sampler.
@@ -11,15 +13,21 @@ LABELS = {
     "pymc_nuts": "PyMC NUTS",
     "nutpie": "nutpie NUTS",
     "numpyro": "NumPyro NUTS",
-    "sgld": "SGLD (defaults)",
-    "sghmc": "SGHMC (defaults)",
+    **{name.lower(): f"{name} (defaults)" for name in SAMPLERS},
 }
 _STYLE = {
     "pymc_nuts": ("tab:blue", "o", "-"),
     "nutpie": ("tab:cyan", "v", "-"),
     "numpyro": ("tab:purple", "s", "-"),
-    "sgld": ("tab:orange", "D", "-"),
-    "sghmc": ("tab:red", "^", "-"),
+    **{
+        name.lower(): (color, marker, "-")
+        for name, color, marker in zip(
+            SAMPLERS,
+            ("tab:orange", "tab:red", "tab:green", "tab:brown", "tab:pink", "tab:olive"),
+            "D^P*Xh",
+            strict=False,
+        )
+    },
 }
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_sgmcmc import SGHMC
+from pymc_sgmcmc.estimators import Centre
 from pymc_sgmcmc.panel import logistic_regression
 
 __all__ = ["measure_kernels"]
@@ -69,14 +70,20 @@ def measure_kernels(grid=(1_000, 1_000_000), backends=("numba", "c"), steps=100,
             row = {"backend": backend, "n_rows": n_rows}
             row["floor"] = 1e6 * _per_call(gradient, (position, batch), 2000)
             indices = rng.integers(n_rows, size=(steps, 100))
-            noise = rng.standard_normal((steps, 10))
             step_sizes = np.full(steps, 1e-4)
+            size = position.size
+            dynamics = step.dynamics
+            inputs = dynamics.chain_inputs(np.ones(size), 1.0, {"critical_friction": 2.0})
+            state = {
+                k: np.asarray(v, dtype="float64")
+                for k, v in dynamics.initial_state(position, inputs, rng).items()
+            }
+            noise = rng.standard_normal((steps, dynamics.noise_vectors, size))
             for estimator in ("minibatch", "control_variate"):
-                kernel = step.kernel(estimator)
-                settings = step.default_settings(estimator, 10)
-                values = step.kernel_inputs(settings, (position, np.zeros(10)))
-                momentum = tuple(np.zeros(10) for _ in range(step.n_auxiliary))
-                arguments = (position, momentum, indices, noise, step_sizes, values)
+                kernel = step.compiled.kernel(type(dynamics), estimator)
+                centre = Centre(position, np.zeros(size))
+                values = kernel.prepare({**inputs, **centre.inputs()}, size)
+                arguments = (state, indices, noise, {"step_size": step_sizes}, values)
                 row[estimator] = 1e6 * _per_call(kernel, arguments, 200) / steps
             rows.append(row)
             print(
@@ -92,9 +99,7 @@ def main(argv=None) -> None:
     """Parse the arguments and print the table."""
     parser = argparse.ArgumentParser(prog="python -m pymc_sgmcmc.benchmark.kernels")
     parser.add_argument("--grid", type=int, nargs="+", default=[1_000, 100_000, 10_000_000])
-    parser.add_argument(
-        "--backends", nargs="+", default=["numba", "c", "jax"], choices=list(BACKENDS)
-    )
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     parser.add_argument("--steps", type=int, default=100, help="inner steps per call (K)")
     arguments = parser.parse_args(argv)
     measure_kernels(arguments.grid, arguments.backends, arguments.steps)

@@ -14,20 +14,20 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.diagnostics import accuracy
 from pymc_sgmcmc.panel import PanelModel
+from pymc_sgmcmc.registry import SAMPLERS as STEP_METHODS
 
-__all__ = ["SAMPLERS", "SamplerRun", "available", "run_sampler"]
+__all__ = ["NUTS_SAMPLERS", "SAMPLERS", "STOCHASTIC", "SamplerRun", "available", "run_sampler"]
+
+#: NUTS implementations, by the ``nuts_sampler`` name PyMC knows them by.
+NUTS_SAMPLERS = {"pymc_nuts": "pymc", "nutpie": "nutpie", "numpyro": "numpyro"}
+
+#: The package's samplers, by lower-case name (every sampler in the registry).
+STOCHASTIC = {name.lower(): step_method for name, step_method in STEP_METHODS.items()}
 
 #: Samplers and the PyMC ``nuts_sampler`` or step class each one runs.
-SAMPLERS = {
-    "pymc_nuts": "pymc",
-    "nutpie": "nutpie",
-    "numpyro": "numpyro",
-    "sgld": SGLD,
-    "sghmc": SGHMC,
-}
+SAMPLERS = {**NUTS_SAMPLERS, **STOCHASTIC}
 
 #: Python package each optional sampler needs.
 REQUIRES = {"nutpie": "nutpie", "numpyro": "numpyro"}

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_sgmcmc.batches import IndexStream
-from pymc_sgmcmc.estimators import DataProbe
+from pymc_sgmcmc.estimators import Centre, Probe
+from pymc_sgmcmc.tuning.config import TuningConfig
 
 __all__ = ["Measurements", "find_mode", "measure"]
 
@@ -32,9 +33,10 @@ class Measurements:
     Attributes
     ----------
     mode : ndarray
-        The mode found (also the control-variate centre).
-    mode_likelihood_gradient : ndarray
-        Full-data log-likelihood gradient at the mode.
+        The mode found.
+    centre : Centre
+        The control-variate centre: the mode, the full-data log-likelihood
+        gradient there and the other free variables' values.
     hessian : ndarray
         Hessian of the log posterior at the mode, estimated from a large minibatch.
     log_concave : bool
@@ -49,7 +51,7 @@ class Measurements:
     """
 
     mode: np.ndarray
-    mode_likelihood_gradient: np.ndarray
+    centre: Centre
     hessian: np.ndarray
     log_concave: bool
     laplace_variance: np.ndarray
@@ -72,7 +74,7 @@ class Measurements:
         return float(np.linalg.eigvalsh(covariance).max())
 
 
-def _adam(probe: DataProbe, position, batches: IndexStream, rng, n_steps=1500, rate=0.05):
+def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
     """Climb the log density with Adam on minibatch gradients."""
     first = np.zeros_like(position)
     second = np.zeros_like(position)
@@ -88,7 +90,7 @@ def _adam(probe: DataProbe, position, batches: IndexStream, rng, n_steps=1500, r
     return position
 
 
-def _hessian(probe: DataProbe, position, rng, rows=4096):
+def _hessian(probe: Probe, position, rng, rows):
     """Estimate the Hessian of the log posterior from one large minibatch.
 
     A first pass with unit-scale differencing steps gives the curvature of
@@ -140,26 +142,19 @@ def _newton(evaluate, position, hessian, max_steps, tolerance):
     return position, current, moved
 
 
-def find_mode(
-    probe: DataProbe,
-    position,
-    batch_size,
-    rng,
-    max_newton_steps=20,
-    subsample_rows=50_000,
-    tolerance=1e-4,
-):
+def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | None = None):
     """Find a posterior mode.
 
     Adam on minibatch gradients comes first. On more than four times
-    ``subsample_rows`` rows, Newton steps on the likelihood of one random
-    subsample of that many rows (scaled to N) come next, which brings the
-    position to within a few sds of the mode at a fraction of a full pass per
-    step. Newton steps with full-data gradients finish.
+    ``config.subsample_rows`` rows, Newton steps on the likelihood of one
+    random subsample of that many rows (scaled to N) come next, which brings
+    the position to within a few sds of the mode at a fraction of a full pass
+    per step. Newton steps with full-data gradients finish, until the
+    position is within about 0.01 posterior sd of the mode.
 
     Parameters
     ----------
-    probe : DataProbe
+    probe : Probe
         Numerical access to the model's log density.
     position : ndarray
         Where to start.
@@ -167,13 +162,8 @@ def find_mode(
         Rows per minibatch for the Adam stage.
     rng : numpy.random.Generator
         Generator of the minibatches and subsamples.
-    max_newton_steps : int, default 20
-        Most Newton steps per stage.
-    subsample_rows : int, default 50,000
-        Rows of the subsample stage.
-    tolerance : float, default 1e-4
-        Newton decrement at which a stage stops: the position is then within
-        about 0.01 posterior sd of the mode.
+    config : TuningConfig, optional
+        The constants (step counts, rows, tolerance).
 
     Returns
     -------
@@ -181,12 +171,18 @@ def find_mode(
         The mode, the full log density and log-likelihood gradient there, and
         the Hessian there.
     """
+    config = config or TuningConfig()
     position = _adam(
-        probe, np.array(position, dtype=float), IndexStream(probe.n_rows, batch_size), rng
+        probe,
+        np.array(position, dtype=float),
+        IndexStream(probe.n_rows, batch_size),
+        rng,
+        config.adam_steps,
+        config.adam_rate,
     )
-    hessian = _hessian(probe, position, rng)
-    if probe.n_rows > 4 * subsample_rows:
-        rows = np.sort(rng.choice(probe.n_rows, subsample_rows, replace=False))
+    hessian = _hessian(probe, position, rng, config.hessian_rows)
+    if probe.n_rows > 4 * config.subsample_rows:
+        rows = np.sort(rng.choice(probe.n_rows, config.subsample_rows, replace=False))
 
         def on_subsample(point):
             log_prior, prior_gradient, log_likelihood, likelihood_gradient = probe.terms(
@@ -194,38 +190,52 @@ def find_mode(
             )
             return log_prior + log_likelihood, prior_gradient + likelihood_gradient, None
 
-        position, _, moved = _newton(on_subsample, position, hessian, max_newton_steps, tolerance)
+        position, _, moved = _newton(
+            on_subsample, position, hessian, config.newton_steps, config.newton_tolerance
+        )
         if moved:
-            hessian = _hessian(probe, position, rng)
+            hessian = _hessian(probe, position, rng, config.hessian_rows)
     position, (log_density, _, likelihood_gradient), moved = _newton(
-        probe.full, position, hessian, max_newton_steps, tolerance
+        probe.full, position, hessian, config.newton_steps, config.newton_tolerance
     )
     if moved:
-        hessian = _hessian(probe, position, rng)
+        hessian = _hessian(probe, position, rng, config.hessian_rows)
     return position, log_density, likelihood_gradient, hessian
 
 
-def measure(probe: DataProbe, batch_size, rng, position, estimators=("minibatch",)) -> Measurements:
+def measure(
+    probe: Probe,
+    batch_size,
+    rng,
+    position,
+    estimators=("minibatch",),
+    config: TuningConfig | None = None,
+) -> Measurements:
     """Find the mode and measure scale, curvatures and gradient noise around it.
 
     Parameters
     ----------
-    probe : DataProbe
+    probe : Probe
         Numerical access to the model's log density.
     batch_size : int
         Rows per minibatch.
     rng : numpy.random.Generator
-        Generator of the minibatches, subsamples and measurement points.
+        Generator of the minibatches, subsamples and measurement points (the
+        chain's own).
     position : ndarray
         Where the search for the mode starts.
     estimators : sequence of {"minibatch", "control_variate"}
         Gradient estimators whose noise to measure.
+    config : TuningConfig, optional
+        The constants.
 
     Returns
     -------
     Measurements
     """
-    mode, _, likelihood_gradient, hessian = find_mode(probe, position, batch_size, rng)
+    config = config or TuningConfig()
+    mode, _, likelihood_gradient, hessian = find_mode(probe, position, batch_size, rng, config)
+    centre = probe.centre(mode, likelihood_gradient)
     try:
         factor = np.linalg.cholesky(np.linalg.inv(-hessian))
         log_concave = True
@@ -235,22 +245,16 @@ def measure(probe: DataProbe, batch_size, rng, position, estimators=("minibatch"
         diagonal = np.abs(np.diag(hessian))
         variance = 1.0 / np.where(diagonal > 0, diagonal, 1.0)
         factor = np.diag(np.sqrt(variance))
-    points = mode + (factor @ rng.standard_normal((mode.size, 8))).T
+    points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
     stream = IndexStream(probe.n_rows, batch_size, replace=True)
     noise_covariance = {}
     for name in estimators:
         covariance = np.zeros((mode.size, mode.size))
         for point in points:
-            indices = stream.draw(rng, 32)
-            if name == "minibatch":
-                gradients = [probe.minibatch_gradient(point, rows) for rows in indices]
-            else:
-                gradients = [
-                    probe.control_variate_gradient(point, rows, mode, likelihood_gradient)
-                    for rows in indices
-                ]
+            gradients = [
+                probe.gradient(name, point, rows, centre.inputs())
+                for rows in stream.draw(rng, config.noise_batches)
+            ]
             covariance += np.atleast_2d(np.cov(np.asarray(gradients), rowvar=False)) / len(points)
         noise_covariance[name] = covariance
-    return Measurements(
-        mode, likelihood_gradient, hessian, log_concave, variance, factor, noise_covariance
-    )
+    return Measurements(mode, centre, hessian, log_concave, variance, factor, noise_covariance)

@@ -1,0 +1,56 @@
+"""A model block compiled once and shared by every chain: density, probe and kernels."""
+
+from __future__ import annotations
+
+from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.estimators import ESTIMATORS, Probe
+from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.minibatch import MinibatchLogDensity
+
+__all__ = ["CompiledModel"]
+
+
+class CompiledModel:
+    """The minibatch log density of a model block and what is compiled from it.
+
+    The numeric probe (for the measurements) and the kernels (for sampling)
+    are compiled on first use and kept, so every chain of a step method
+    reuses them; a kernel depends on the sampler's declaration and the
+    gradient estimator only, never on a chain's settings, which are its
+    inputs.
+
+    Parameters
+    ----------
+    density : MinibatchLogDensity
+        The symbolic minibatch density of the block.
+    compile_kwargs : dict, optional
+        Passed to :func:`pymc.compile` for the kernels and to
+        :func:`pytensor.function` for the probe.
+    chunk_rows : int, default 50,000
+        Rows per chunk of the probe's full passes over the data.
+    """
+
+    def __init__(
+        self, density: MinibatchLogDensity, compile_kwargs: dict | None = None, chunk_rows=50_000
+    ):
+        self.density = density
+        self.compile_kwargs = dict(compile_kwargs or {})
+        self.chunk_rows = int(chunk_rows)
+        self._probe = None
+        self._kernels = {}
+
+    @property
+    def probe(self) -> Probe:
+        """The numeric probe, compiled on first use."""
+        if self._probe is None:
+            self._probe = Probe(self.density, self.compile_kwargs, self.chunk_rows)
+        return self._probe
+
+    def kernel(self, dynamics: type[Dynamics], estimator: str) -> Kernel:
+        """Return the kernel of ``dynamics`` with ``estimator``, compiling it on first use."""
+        key = (dynamics, estimator)
+        if key not in self._kernels:
+            self._kernels[key] = Kernel(
+                self.density, ESTIMATORS[estimator](self.density), dynamics, self.compile_kwargs
+            )
+        return self._kernels[key]

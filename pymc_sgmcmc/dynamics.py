@@ -1,0 +1,198 @@
+r"""The dynamics protocol: what a stochastic-gradient sampler declares.
+
+A sampler of this package is one :class:`Dynamics` subclass. It declares
+
+- its **state** besides the position (:attr:`Dynamics.state`: names, and
+  whether each entry is a vector over the coordinates or a scalar, such as a
+  thermostat);
+- the standard normal **noise** it reads per inner step
+  (:attr:`Dynamics.noise_vectors` vectors over the coordinates);
+- its **inputs**: values fixed for a chain (:attr:`Dynamics.chain_inputs`,
+  e.g. temperature, preconditioner, friction) and values that change every
+  inner step (:attr:`Dynamics.step_inputs`, e.g. the step size);
+- its **update rule**, one pure function :meth:`Dynamics.step` that works on
+  numpy arrays and on PyTensor variables alike;
+- its **statistics** (:attr:`Dynamics.stats` and :meth:`Dynamics.statistics`);
+- its **Gaussian tuning rule** (:meth:`Dynamics.gaussian_model`, or ``None``):
+  the stationary variance of the chain on a Gaussian target, from which
+  :mod:`pymc_sgmcmc.tuning` chooses the step size.
+
+The kernel (:mod:`pymc_sgmcmc.kernel`) compiles ``K`` inner steps from the
+declaration; the PyMC adapter (:mod:`pymc_sgmcmc.step_method`) turns any
+declaration into a step method. Every sampler uses one update convention: with
+:math:`\hat g` the unbiased minibatch estimate of the gradient of the log
+posterior, :math:`\eta` the step size, :math:`\tau` the temperature and
+:math:`P` a preconditioner, overdamped Langevin dynamics moves
+:math:`\theta \leftarrow \theta + \eta P \hat g + \sqrt{2 \eta \tau P}\,\xi`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+__all__ = ["ChainInput", "Dynamics", "GaussianModel", "StateVariable"]
+
+
+@dataclass(frozen=True)
+class StateVariable:
+    """One entry of a sampler's state besides the position.
+
+    Attributes
+    ----------
+    name : str
+        Name of the entry, a key of the state mapping.
+    scalar : bool, default False
+        A scalar (e.g. a thermostat) instead of a vector over the coordinates.
+    """
+
+    name: str
+    scalar: bool = False
+
+
+@dataclass(frozen=True)
+class ChainInput:
+    """A value the update rule reads that stays fixed for a chain.
+
+    Attributes
+    ----------
+    name : str
+        Name of the input, a key of the inputs mapping.
+    scalar : bool, default False
+        A scalar instead of a vector over the coordinates.
+    """
+
+    name: str
+    scalar: bool = False
+
+
+class GaussianModel(Protocol):
+    r"""A sampler's exact behaviour on a Gaussian target, in preconditioned coordinates.
+
+    On the target :math:`N(0, \tau / a)` (curvature :math:`a`, temperature
+    :math:`\tau`) with gradient noise of variance :math:`v`, a sampler whose
+    update is linear in the state has a stationary variance known in closed
+    form. The tuner asks for it at the curvatures the measurements span.
+    """
+
+    def inflation(self, step_size: float, curvature: float, noise: float) -> float:
+        """Return the relative excess of the stationary variance over ``tau / a``.
+
+        ``noise`` is the gradient-noise variance divided by the temperature.
+        """
+
+    def relaxation(self, step_size: float, curvature: float) -> float:
+        """Return the inner steps over which the slowest mode at ``curvature`` decays by e."""
+
+    def largest_step_size(self, largest_curvature: float) -> float:
+        """Return an upper bound of the stable step sizes."""
+
+    def chain_inputs(self) -> dict[str, Any]:
+        """Return the chain inputs this model assumed (e.g. a chosen friction)."""
+
+
+class Dynamics(ABC):
+    """A stochastic-gradient sampler, declared.
+
+    Subclasses set the class attributes and implement :meth:`step` and
+    :meth:`chain_inputs`; :meth:`initial_state`, :meth:`statistics` and
+    :meth:`gaussian_model` have defaults (no auxiliary state, no statistics,
+    no tuning rule). An instance holds the user's sampler-specific options
+    (e.g. SGHMC's friction); everything a chain measures comes in through the
+    arguments.
+
+    Attributes
+    ----------
+    name : str
+        Short lower-case name.
+    state : tuple of StateVariable
+        State entries besides ``"position"``.
+    noise_vectors : int
+        Standard normal vectors over the coordinates read per inner step.
+    chain_inputs_spec : tuple of ChainInput
+        Inputs fixed for a chain.
+    step_inputs : tuple of str
+        Scalar inputs that take a new value at every inner step.
+    stats : dict of str to dtype
+        Scalar sampler statistics returned by :meth:`statistics`.
+    """
+
+    name: ClassVar[str]
+    state: ClassVar[tuple[StateVariable, ...]] = ()
+    noise_vectors: ClassVar[int] = 1
+    chain_inputs_spec: ClassVar[tuple[ChainInput, ...]] = (ChainInput("temperature", True),)
+    step_inputs: ClassVar[tuple[str, ...]] = ("step_size",)
+    stats: ClassVar[dict[str, type]] = {}
+
+    @staticmethod
+    @abstractmethod
+    def step(
+        state: Mapping[str, Any], gradient, noise, inputs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Return the state after one inner step.
+
+        Parameters
+        ----------
+        state : mapping of str to array
+            ``"position"`` and the entries of :attr:`state`.
+        gradient : array
+            Estimate of the gradient of the log posterior at the position.
+        noise : array
+            Standard normal draws, shape ``(noise_vectors, D)``.
+        inputs : mapping of str to array
+            Chain inputs and step inputs by name.
+        """
+
+    @abstractmethod
+    def chain_inputs(
+        self, preconditioner: np.ndarray, temperature: float, tuned: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        """Return the chain inputs of the update rule.
+
+        Parameters
+        ----------
+        preconditioner : ndarray
+            Diagonal preconditioner ``P`` of the chain.
+        temperature : float
+            Temperature ``tau``.
+        tuned : mapping
+            What the Gaussian model chose (:meth:`GaussianModel.chain_inputs`),
+            empty when nothing was measured.
+        """
+
+    def initial_state(
+        self, position: np.ndarray, inputs: Mapping[str, np.ndarray], rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
+        """Return the state at the start of a chain (by default the position alone)."""
+        return {"position": position}
+
+    def statistics(self, state: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Return the sampler statistics of a state (none by default)."""
+        return {}
+
+    def gaussian_model(
+        self, curvatures: tuple[float, float], preconditioner: np.ndarray, config
+    ) -> GaussianModel | None:
+        """Return the Gaussian model the tuner chooses the step size with, or None.
+
+        Parameters
+        ----------
+        curvatures : (float, float)
+            Smallest and largest curvature in preconditioned coordinates.
+        preconditioner : ndarray
+            Diagonal preconditioner ``P``.
+        config : TuningConfig
+            The tuner's constants.
+        """
+        return None
+
+    def check_size(self, size: int) -> None:  # noqa: B027 (optional hook)
+        """Raise ValueError if an option does not fit ``size`` coordinates (none by default)."""
+
+    def needs_measurements(self) -> bool:
+        """Return whether the chain inputs depend on measurements (besides the step size)."""
+        return False

@@ -1,0 +1,1 @@
+"""The samplers: one module each, holding its dynamics declaration and its PyMC step method."""

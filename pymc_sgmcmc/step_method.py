@@ -1,0 +1,472 @@
+"""The PyMC adapter: any sampler declaration becomes a PyMC step method."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.stats.convergence import SamplerWarning, WarningType
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_random_generator, get_value_vars_from_user_vars
+
+from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.compiled_model import CompiledModel
+from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.estimators import Centre
+from pymc_sgmcmc.minibatch import build_minibatch_log_density
+from pymc_sgmcmc.schedules import as_schedule
+from pymc_sgmcmc.tuning import (
+    ChainSettings,
+    TuningConfig,
+    UserChoices,
+    choose_settings,
+    fixed_settings,
+    measure,
+)
+
+__all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
+
+#: PyTensor backend of the compiled kernels unless ``compile_kwargs`` names a
+#: ``mode``. Numba ships with PyTensor and runs a fused loop of minibatch steps
+#: several times faster than the C backend (see docs/performance.md).
+DEFAULT_MODE = "NUMBA"
+
+#: Statistics every stochastic-gradient step records, one value per draw.
+BASE_STATS = {
+    "step_size": (np.float64, []),
+    "gradient_norm": (np.float64, []),
+    "log_density": (np.float64, []),
+    "diverging": (bool, []),
+    "control_variate": (bool, []),
+    "steps_per_draw": (np.int64, []),
+    "gradient_noise": (np.float64, []),
+    "predicted_inflation": (np.float64, []),
+    "warning": (SamplerWarning, None),
+}
+
+
+def _positive_integer(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+@dataclass
+class ChainState:
+    """Everything one chain carries from draw to draw.
+
+    Attributes
+    ----------
+    batches : IndexStream
+        The chain's stream of minibatch rows (with its current epoch).
+    settings : ChainSettings or None
+        What the chain samples with; ``None`` until it has adapted.
+    state : dict of str to ndarray or None
+        The sampler's state besides what PyMC holds (e.g. the momentum).
+    centre : Centre or None
+        The control-variate centre.
+    kernel_inputs : list of ndarray or None
+        The kernel's chain inputs, checked once.
+    steps_taken, steps_since_refresh : int
+        Inner steps so far, and since the control variate was last re-centred.
+    diverged : bool
+        Whether the state or its gradient became non-finite.
+    readapt : bool
+        Whether the chain measures again before its next draw.
+    warnings : list of SamplerWarning
+        Warnings not yet handed to PyMC (one per draw).
+    """
+
+    batches: IndexStream
+    settings: ChainSettings | None = None
+    state: dict | None = None
+    centre: Centre | None = None
+    kernel_inputs: list | None = None
+    steps_taken: int = 0
+    steps_since_refresh: int = 0
+    diverged: bool = False
+    readapt: bool = False
+    warnings: list = field(default_factory=list)
+
+
+@dataclass_state
+class StochasticGradientState(StepMethodState):
+    """The sampling state of a stochastic-gradient step, as PyMC snapshots it."""
+
+    chain: ChainState | None = None
+
+
+class StochasticGradientStep(ArrayStepShared):
+    r"""A PyMC step method running the sampler declared by ``dynamics_class``.
+
+    A public sampler is a subclass that names its
+    :class:`~pymc_sgmcmc.dynamics.Dynamics` (``dynamics_class``); options the
+    dynamics takes (e.g. SGHMC's ``friction``) pass through as keyword
+    arguments. Everything else (minibatches, gradient estimators, adaptation,
+    random numbers, statistics, divergence handling, per-chain state) lives
+    here and in the modules it calls.
+
+    Adaptation runs when a chain takes its first draw (during ``tune``): from
+    a jittered copy of its starting point and with its own generator, the
+    chain finds a mode, estimates the posterior scale and the gradient noise
+    there, and :func:`~pymc_sgmcmc.tuning.choose_settings` fixes the gradient
+    estimator, the diagonal preconditioner, the step size meeting
+    ``bias_budget`` for this sampler's actual temperature, friction and mass,
+    and the inner steps per draw, unless the user gave them. The chain then
+    starts from its own draw of the Laplace approximation at its mode. When
+    other step methods sample the model's other variables (a compound step),
+    the chain measures again at the end of tuning, where those variables
+    have reached their posterior.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Variables to sample; all continuous free variables by default.
+    batch_size : int, optional
+        Rows per minibatch B; ``min(100, N)`` by default.
+    step_size : float or schedule, optional
+        Step size :math:`\eta`, a number or a schedule such as
+        :class:`~pymc_sgmcmc.PolynomialDecay`; chosen from the bias budget by
+        default. A given value always wins.
+    temperature : float, default 1
+        Temperature :math:`\tau`; 1 samples the posterior.
+    steps_per_draw : int, optional
+        Inner steps per recorded draw; by default about the chain's
+        predicted relaxation time, so draws are close to independent.
+    preconditioner : "auto", None or array, default "auto"
+        Diagonal :math:`P`: the Laplace posterior variance at the mode
+        ("auto"), the identity (None) or given values.
+    control_variate : bool, optional
+        Use the control-variate gradient centred at the mode (True), the plain
+        minibatch gradient (False), or whichever the measured noise says mixes
+        faster per unit of work (None, the default).
+    control_variate_refresh : int, optional
+        Re-centre the control variate at the current state every so many
+        inner steps (one full pass over the data each time); never by default.
+    bias_budget : float, default 0.05
+        Largest predicted relative inflation of the posterior variance
+        (0.05: about 2.5% on the sds) from discretisation and gradient noise.
+    replace : bool, default False
+        Draw rows with replacement instead of in shuffled epochs.
+    tuning : TuningConfig, optional
+        The adaptation's constants.
+    model : pm.Model, optional
+        The model, from the context by default.
+    initial_point : dict, optional
+        Point used to build the graphs; ``model.initial_point()`` by default.
+    compile_kwargs : dict, optional
+        Passed to :func:`pymc.compile`; ``{"mode": "NUMBA"}`` unless it names
+        another ``mode`` (e.g. ``"FAST_RUN"`` for the C backend).
+    blocked, rng
+        As for every PyMC step method.
+    **options
+        Options of the sampler's dynamics (e.g. ``friction`` and ``mass``).
+
+    Notes
+    -----
+    Sampler statistics, one value per recorded draw:
+
+    - ``step_size``: step size of the last inner step.
+    - ``gradient_norm``: Euclidean norm of the gradient estimate at the start
+      of the last inner step.
+    - ``log_density``: minibatch estimate of the log posterior (up to a
+      constant) at the end of the draw.
+    - ``diverging``: True once the state or its gradient became non-finite;
+      the chain then stays at its last finite state.
+    - ``control_variate``: whether the chain uses control variates.
+    - ``steps_per_draw``: inner steps per draw.
+    - ``gradient_noise``: measured variance of the gradient-estimate noise, in
+      preconditioned coordinates.
+    - ``predicted_inflation``: predicted relative inflation of the posterior
+      variance from discretisation and gradient noise.
+    - the statistics the sampler's dynamics declares.
+
+    Warnings reach PyMC as ``SamplerWarning`` objects in the ``warning``
+    statistic, which PyMC logs (and drops from the result unless
+    ``keep_warning_stat=True``).
+    """
+
+    name = "stochastic_gradient"
+    default_blocked = True
+    dynamics_class: ClassVar[type[Dynamics]]
+    stats_dtypes_shapes: ClassVar[dict] = BASE_STATS
+    _state_class = StochasticGradientState
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if hasattr(cls, "dynamics_class"):
+            extra = {name: (dtype, []) for name, dtype in cls.dynamics_class.stats.items()}
+            cls.stats_dtypes_shapes = {**BASE_STATS, **extra}
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        batch_size: int | None = None,
+        step_size=None,
+        temperature: float = 1.0,
+        steps_per_draw: int | None = None,
+        preconditioner="auto",
+        control_variate: bool | None = None,
+        control_variate_refresh: int | None = None,
+        bias_budget: float = 0.05,
+        replace: bool = False,
+        tuning: TuningConfig | None = None,
+        model=None,
+        initial_point=None,
+        compile_kwargs: dict | None = None,
+        blocked: bool = True,
+        rng=None,
+        **options,
+    ):
+        try:
+            self.dynamics = self.dynamics_class(**options)
+        except TypeError:
+            raise TypeError(
+                f"{type(self).__name__} got unknown arguments {sorted(options)}."
+            ) from None
+        model = pm.modelcontext(model)
+        if initial_point is None:
+            initial_point = model.initial_point()
+        vars = self._check_vars(model, vars)
+        if not np.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}.")
+        if not 0 < bias_budget < 1:
+            raise ValueError(f"bias_budget must be between 0 and 1, got {bias_budget!r}.")
+        if control_variate not in (None, True, False):
+            raise ValueError(
+                f"control_variate must be None (automatic), True or False, got {control_variate!r}."
+            )
+        compile_kwargs = {"mode": DEFAULT_MODE, **(compile_kwargs or {})}
+        if str(compile_kwargs["mode"]).upper() == "JAX":
+            raise ValueError(
+                "PyTensor's JAX backend cannot compile a loop whose length is an input, which "
+                "the fused kernels need; use mode='NUMBA' (the default) or 'FAST_RUN'."
+            )
+        self.tuning = tuning or TuningConfig()
+        shared = pm.make_shared_replacements(initial_point, vars, model)
+        density = build_minibatch_log_density(model, vars, shared)
+        self.compiled = CompiledModel(density, compile_kwargs, self.tuning.chunk_rows)
+        if batch_size is None:
+            batch_size = min(100, density.n_rows)
+        self._batches = IndexStream(density.n_rows, batch_size, replace=replace)
+        self.batch_size = self._batches.batch_size
+        size = sum(int(np.prod(initial_point[v.name].shape, dtype=int)) for v in vars)
+        self.dynamics.check_size(size)
+        self.choices = UserChoices(
+            step_size=None if step_size is None else as_schedule(step_size),
+            preconditioner=self._check_preconditioner(preconditioner, size),
+            estimators={
+                None: ("minibatch", "control_variate"),
+                True: ("control_variate",),
+                False: ("minibatch",),
+            }[control_variate],
+            steps_per_draw=(
+                None
+                if steps_per_draw is None
+                else _positive_integer("steps_per_draw", steps_per_draw)
+            ),
+            temperature=float(temperature),
+            bias_budget=float(bias_budget),
+        )
+        self.control_variate_refresh = (
+            None
+            if control_variate_refresh is None
+            else _positive_integer("control_variate_refresh", control_variate_refresh)
+        )
+        self.measures = self._needs_measurements()
+        if not self.measures:
+            self.compiled.kernel(self.dynamics_class, "minibatch")
+        super().__init__(vars, shared, blocked=blocked, rng=rng)
+        self.chain = self._new_chain()
+
+    def _check_vars(self, model, vars):
+        vars = (
+            model.continuous_value_vars
+            if vars is None
+            else get_value_vars_from_user_vars(vars, model)
+        )
+        discrete = [var.name for var in vars if var.dtype not in pm.pytensorf.continuous_types]
+        if discrete:
+            raise ValueError(
+                f"{type(self).__name__} samples continuous variables only; assign another "
+                f"step method (e.g. pm.Metropolis) to {discrete}."
+            )
+        if not vars:
+            raise ValueError(
+                f"The model has no continuous free variables for {type(self).__name__}."
+            )
+        return vars
+
+    @staticmethod
+    def _check_preconditioner(preconditioner, size):
+        if isinstance(preconditioner, str):
+            if preconditioner != "auto":
+                raise ValueError(
+                    f"preconditioner must be 'auto', None or an array, got {preconditioner!r}."
+                )
+            return None
+        if preconditioner is None:
+            return np.ones(size)
+        values = np.broadcast_to(np.asarray(preconditioner, dtype=float), (size,)).copy()
+        if not np.all(np.isfinite(values) & (values > 0)):
+            raise ValueError("preconditioner must hold positive finite numbers.")
+        return values
+
+    def _needs_measurements(self) -> bool:
+        choices = self.choices
+        fixed = (
+            choices.step_size is not None
+            and choices.preconditioner is not None
+            and choices.estimators == ("minibatch",)
+            and choices.steps_per_draw is not None
+        )
+        return not fixed or self.dynamics.needs_measurements()
+
+    @property
+    def density(self):
+        """The symbolic minibatch log density of the sampled variables."""
+        return self.compiled.density
+
+    # Chain life cycle -----------------------------------------------------------
+
+    def _new_chain(self) -> ChainState:
+        batches = self._batches
+        return ChainState(IndexStream(batches.n_rows, batches.batch_size, batches.replace))
+
+    def set_rng(self, rng) -> None:
+        """Start a chain with generator ``rng`` (PyMC 5)."""
+        self.rng = get_random_generator(rng, copy=False)
+        self.chain = self._new_chain()
+
+    def setup_chain(self, rng, tune: int, draws: int) -> None:
+        """Start a chain with generator ``rng`` (PyMC 6)."""
+        self.rng = get_random_generator(rng, copy=False)
+        self.chain = self._new_chain()
+
+    def reset_tuning(self) -> None:
+        """Nothing to reset: a chain adapts at its first draw (PyMC's sequential hook)."""
+
+    def stop_tuning(self) -> None:
+        """End tuning; in a compound step, measure again before the next draw."""
+        self.tune = False
+        chain = self.chain
+        if chain.settings is not None and self.measures and self.density.other_blocks:
+            chain.readapt = True
+
+    def _adapt(self, position: np.ndarray, start: bool) -> np.ndarray:
+        """Measure the posterior if needed, fix the chain's settings, return where to start."""
+        chain, size = self.chain, position.size
+        if not self.measures:
+            chain.settings = fixed_settings(self.dynamics, self.choices, size)
+        else:
+            origin = position
+            if start:
+                jitter = self.tuning.start_jitter
+                origin = position + self.rng.uniform(-jitter, jitter, size)
+            measurements = measure(
+                self.compiled.probe,
+                self.batch_size,
+                self.rng,
+                origin,
+                self.choices.estimators,
+                self.tuning,
+            )
+            chain.settings = choose_settings(
+                self.dynamics, measurements, self.choices, self.tuning, type(self).__name__
+            )
+            chain.centre = measurements.centre
+            chain.steps_since_refresh = 0
+            if start:
+                factor = measurements.laplace_factor
+                position = measurements.mode + factor @ self.rng.standard_normal(size)
+        settings = chain.settings
+        state = self.dynamics.initial_state(position, settings.inputs, self.rng)
+        chain.state = {name: np.asarray(value, dtype="float64") for name, value in state.items()}
+        self._prepare_kernel_inputs()
+        chain.warnings.extend(
+            SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in settings.warnings
+        )
+        chain.readapt = False
+        return position
+
+    def _prepare_kernel_inputs(self) -> None:
+        chain = self.chain
+        named = dict(chain.settings.inputs)
+        if chain.settings.estimator == "control_variate":
+            named.update(chain.centre.inputs())
+        kernel = self.compiled.kernel(self.dynamics_class, chain.settings.estimator)
+        size = chain.state["position"].size
+        chain.kernel_inputs = kernel.prepare(named, size)
+
+    # Sampling ---------------------------------------------------------------------
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
+        """Run the chain's inner steps for one draw from ``q0`` and return the last state."""
+        chain = self.chain
+        position = q0.data
+        if chain.settings is None:
+            position = self._adapt(position, start=True)
+        elif chain.readapt:
+            self._adapt(position, start=False)
+        settings = chain.settings
+        n_steps = settings.steps_per_draw
+        step_sizes = np.asarray(settings.step_size(chain.steps_taken + np.arange(n_steps)))
+        if not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
+            raise ValueError(
+                f"The step-size schedule {settings.step_size!r} gave a value that is not a "
+                "positive finite number; a schedule must return step sizes > 0."
+            )
+        if chain.diverged:
+            return q0, [self._stats(step_sizes[-1], np.nan, np.nan)]
+        if (
+            settings.estimator == "control_variate"
+            and self.control_variate_refresh is not None
+            and chain.steps_since_refresh >= self.control_variate_refresh
+        ):
+            chain.centre = self.compiled.probe.centre(position)
+            chain.steps_since_refresh = 0
+            self._prepare_kernel_inputs()
+
+        kernel = self.compiled.kernel(self.dynamics_class, settings.estimator)
+        indices = chain.batches.draw(self.rng, n_steps)
+        noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
+        state = {**chain.state, "position": position}
+        result = kernel(state, indices, noise, {"step_size": step_sizes}, chain.kernel_inputs)
+        chain.state = result.state
+        chain.steps_taken += result.steps_taken
+        chain.steps_since_refresh += result.steps_taken
+        if result.steps_taken < n_steps:
+            self._diverge(step_sizes[result.steps_taken])
+        stats = self._stats(step_sizes[-1], result.log_density, result.gradient_norm)
+        return RaveledVars(result.state["position"], q0.point_map_info), [stats]
+
+    def _diverge(self, step_size: float) -> None:
+        self.chain.diverged = True
+        message = (
+            f"{type(self).__name__}: the state or its gradient became non-finite after "
+            f"{self.chain.steps_taken} inner steps at step size {step_size:.3g}; the chain stops "
+            "moving. Reduce step_size."
+        )
+        self.chain.warnings.append(SamplerWarning(WarningType.DIVERGENCE, message, "warn"))
+
+    def _stats(self, step_size, log_density, gradient_norm) -> dict:
+        chain = self.chain
+        settings = chain.settings
+        return {
+            "step_size": float(step_size),
+            "gradient_norm": float(gradient_norm),
+            "log_density": float(log_density),
+            "diverging": chain.diverged,
+            "control_variate": settings.estimator == "control_variate",
+            "steps_per_draw": settings.steps_per_draw,
+            "gradient_noise": settings.gradient_noise,
+            "predicted_inflation": settings.predicted_inflation,
+            "warning": chain.warnings.pop(0) if chain.warnings else None,
+            **self.dynamics.statistics(chain.state),
+        }

@@ -1,0 +1,65 @@
+"""Every constant of the adaptation, in one object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["TuningConfig"]
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    """The constants a chain adapts itself with.
+
+    The defaults are those every test and benchmark of the package runs
+    with; pass another instance as ``tuning=`` to a step method to change
+    them.
+
+    Attributes
+    ----------
+    start_jitter : float
+        Half-width of the uniform jitter added to each coordinate of a chain's
+        starting point (in the unconstrained space) before it searches for a
+        mode, so that chains adapt from dispersed starts.
+    adam_steps, adam_rate : int, float
+        Steps and base learning rate of the Adam stage of the mode search.
+    hessian_rows : int
+        Rows of the minibatch on which the Hessian is estimated.
+    subsample_rows : int
+        Rows of the subsample Newton stage (run when N exceeds four times it).
+    newton_steps : int
+        Most damped Newton steps per stage.
+    newton_tolerance : float
+        Newton decrement (squared distance to the mode in posterior sds) at
+        which a Newton stage stops.
+    chunk_rows : int
+        Rows per chunk of a full pass over the data (bounds memory).
+    noise_points, noise_batches : int
+        Points drawn from the Laplace approximation at which the gradient
+        noise is measured, and independent minibatches per point.
+    curvature_grid : int
+        Curvatures, log-spaced over the measured range, at which the
+        predicted inflation must meet the budget.
+    estimator_cost : dict of str to float
+        Relative cost of one inner step of each gradient estimator.
+    max_steps_per_draw : int
+        Cap on the inner steps per recorded draw chosen from the relaxation time.
+    slow_relaxation : float
+        Relaxation time (inner steps) above which the step warns that the
+        bias budget forces tiny steps.
+    """
+
+    start_jitter: float = 1.0
+    adam_steps: int = 1500
+    adam_rate: float = 0.05
+    hessian_rows: int = 4096
+    subsample_rows: int = 50_000
+    newton_steps: int = 20
+    newton_tolerance: float = 1e-4
+    chunk_rows: int = 50_000
+    noise_points: int = 8
+    noise_batches: int = 32
+    curvature_grid: int = 8
+    estimator_cost: dict = field(default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0})
+    max_steps_per_draw: int = 1000
+    slow_relaxation: float = 500.0

@@ -1,0 +1,230 @@
+r"""From measurements and the sampler's own hyperparameters to a chain's settings.
+
+Near a mode, in coordinates scaled by the preconditioner, the posterior is
+approximately Gaussian with curvatures between :math:`a_{\min}` and
+:math:`a_{\max}`, and the gradient estimate carries noise of variance at most
+:math:`v`. Every sampler declares its exact stationary variance on such a
+target (:meth:`~pymc_sgmcmc.dynamics.Dynamics.gaussian_model`), for the mass,
+friction and other hyperparameters it will actually run with. At
+temperature :math:`\tau` the target is :math:`N(0, \tau / a)` and the noise
+weighs as :math:`v / \tau`. The tuner picks the largest step size whose
+predicted variance inflation stays within the bias budget at every curvature
+of the range, the gradient estimator with the shorter relaxation time per
+unit of work, and about one relaxation time of inner steps per draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.schedules import ConstantStepSize
+from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.measure import Measurements
+
+__all__ = ["ChainSettings", "UserChoices", "choose_settings", "fixed_settings"]
+
+
+@dataclass(frozen=True)
+class UserChoices:
+    """What the user fixed when building the step method (``None``: to be chosen).
+
+    Attributes
+    ----------
+    step_size : schedule or None
+        The step size or schedule.
+    preconditioner : ndarray or None
+        The diagonal preconditioner; ``None`` takes the measured posterior scale.
+    estimators : tuple of str
+        The gradient estimators allowed.
+    steps_per_draw : int or None
+        Inner steps per draw.
+    temperature : float
+        Temperature of the target.
+    bias_budget : float
+        Largest predicted relative inflation of the posterior variance.
+    """
+
+    step_size: object
+    preconditioner: np.ndarray | None
+    estimators: tuple
+    steps_per_draw: int | None
+    temperature: float
+    bias_budget: float
+
+
+@dataclass
+class ChainSettings:
+    """Everything a chain samples with, fixed before its first inner step.
+
+    Attributes
+    ----------
+    estimator : str
+        ``"minibatch"`` or ``"control_variate"``.
+    step_size : schedule
+        Step size of every inner step.
+    preconditioner : ndarray
+        Diagonal preconditioner ``P``.
+    steps_per_draw : int
+        Inner steps per recorded draw.
+    inputs : dict of str to ndarray
+        The update rule's chain inputs (temperature, friction, ...).
+    gradient_noise : float
+        Measured noise variance of the gradient estimate in preconditioned
+        coordinates (NaN when nothing was measured).
+    predicted_inflation : float
+        Predicted relative inflation of the posterior variance (NaN when
+        nothing was measured or the step size follows a schedule).
+    warnings : list of str
+        What the user should know about these settings.
+    """
+
+    estimator: str
+    step_size: object
+    preconditioner: np.ndarray
+    steps_per_draw: int
+    inputs: dict
+    gradient_noise: float = np.nan
+    predicted_inflation: float = np.nan
+    warnings: list = field(default_factory=list)
+
+
+def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> ChainSettings:
+    """Return the settings of a chain that measures nothing (everything was given)."""
+    preconditioner = np.ones(size) if choices.preconditioner is None else choices.preconditioner
+    inputs = dynamics.chain_inputs(preconditioner, choices.temperature, {})
+    return ChainSettings(
+        "minibatch", choices.step_size, preconditioner, choices.steps_per_draw, inputs
+    )
+
+
+def _largest_step_size(model, curvatures, noise, budget):
+    """Largest step size whose inflation is within ``budget`` at every curvature (bisection)."""
+
+    def worst(step_size):
+        return max(model.inflation(step_size, a, noise) for a in curvatures)
+
+    high = model.largest_step_size(curvatures.max())
+    if worst(high) <= budget:
+        return high
+    low = high * 1e-12
+    while high > (1.0 + 1e-9) * low:
+        middle = np.sqrt(low * high)
+        if worst(middle) <= budget:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def choose_settings(
+    dynamics: Dynamics,
+    measurements: Measurements,
+    choices: UserChoices,
+    config: TuningConfig | None = None,
+    sampler_name: str = "",
+) -> ChainSettings:
+    """Choose a chain's settings from its measurements.
+
+    Parameters
+    ----------
+    dynamics : Dynamics
+        The sampler, with the hyperparameters the user gave it.
+    measurements : Measurements
+        What the chain measured around its mode.
+    choices : UserChoices
+        What the user fixed; a given value always wins.
+    config : TuningConfig, optional
+        The tuner's constants.
+    sampler_name : str
+        Name used in the warnings.
+
+    Returns
+    -------
+    ChainSettings
+    """
+    config = config or TuningConfig()
+    preconditioner = (
+        measurements.laplace_variance if choices.preconditioner is None else choices.preconditioner
+    )
+    smallest, largest = measurements.curvatures(preconditioner)
+    curvatures = np.geomspace(smallest, largest, config.curvature_grid)
+    model = dynamics.gaussian_model((smallest, largest), preconditioner, config)
+    if model is None:
+        if choices.step_size is None:
+            raise ValueError(f"{sampler_name} has no step-size rule: give step_size.")
+        # No tuning rule: the user's step size, the first estimator allowed.
+        estimator = choices.estimators[0]
+        return ChainSettings(
+            estimator,
+            choices.step_size,
+            preconditioner,
+            choices.steps_per_draw or 1,
+            dynamics.chain_inputs(preconditioner, choices.temperature, {}),
+            measurements.noise(estimator, preconditioner),
+        )
+    warnings = []
+    temperature = choices.temperature
+    if temperature == 0:
+        warnings.append(
+            f"{sampler_name}: temperature=0 is stochastic-gradient optimisation, not sampling: "
+            "the chain settles near a mode; its step size is chosen as at temperature 1."
+        )
+        temperature = 1.0
+    given = choices.step_size
+    constant = given.value if isinstance(given, ConstantStepSize) else None
+
+    candidates = []
+    for estimator in choices.estimators:
+        noise = measurements.noise(estimator, preconditioner)
+        tuned = _largest_step_size(model, curvatures, noise / temperature, choices.bias_budget)
+        step_size = constant or tuned
+        relaxation = max(model.relaxation(step_size, a) for a in curvatures)
+        cost = relaxation * config.estimator_cost[estimator]
+        candidates.append((cost, estimator, noise, step_size, relaxation))
+    _, estimator, noise, step_size, relaxation = min(candidates, key=lambda c: c[0])
+
+    if given is None:
+        schedule = ConstantStepSize(step_size)
+        if relaxation > config.slow_relaxation:
+            advice = (
+                "a larger batch_size or a larger bias_budget"
+                if estimator == "control_variate"
+                else "control_variate=True, a larger batch_size or a larger bias_budget"
+            )
+            warnings.append(
+                f"{sampler_name}: meeting the bias budget needs step size {step_size:.3g}, so "
+                f"the chain decorrelates only every ~{relaxation:.0f} inner steps; use {advice}."
+            )
+    else:
+        schedule = given
+    inflation = np.nan
+    if constant is not None or given is None:
+        inflation = max(model.inflation(step_size, a, noise / temperature) for a in curvatures)
+    if constant is not None and inflation > choices.bias_budget:
+        warnings.append(
+            f"{sampler_name}: step_size={constant:.3g} is predicted to inflate the posterior "
+            f"variance by {100 * inflation:.0f}% (budget {100 * choices.bias_budget:.0f}%); "
+            "leave step_size unset to have it chosen."
+        )
+    if not measurements.log_concave:
+        warnings.append(
+            f"{sampler_name}: the Hessian at the mode found is not negative definite; the "
+            "step-size rule assumes a roughly Gaussian posterior and may miss its bias budget."
+        )
+    steps_per_draw = choices.steps_per_draw or int(
+        np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)
+    )
+    inputs = dynamics.chain_inputs(preconditioner, choices.temperature, model.chain_inputs())
+    return ChainSettings(
+        estimator,
+        schedule,
+        preconditioner,
+        steps_per_draw,
+        inputs,
+        noise,
+        float(inflation),
+        warnings,
+    )

@@ -1,0 +1,106 @@
+"""Algebra of the update rules: known inputs give known outputs, for every declared sampler."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from pymc_sgmcmc.registry import SAMPLERS
+from pymc_sgmcmc.samplers.sghmc import Underdamped
+from pymc_sgmcmc.samplers.sgld import Langevin
+
+DYNAMICS = [sampler.dynamics_class for sampler in SAMPLERS.values()]
+
+
+def langevin(position, gradient, noise, step_size, temperature=1.0, preconditioner=1.0):
+    inputs = {
+        "step_size": step_size,
+        "temperature": temperature,
+        "preconditioner": preconditioner,
+    }
+    return Langevin.step({"position": position}, gradient, noise[None], inputs)["position"]
+
+
+def test_langevin_step_with_known_inputs():
+    position = np.array([1.0, -2.0])
+    gradient = np.array([0.5, 4.0])
+    noise = np.array([1.0, -1.0])
+    new = langevin(position, gradient, noise, step_size=0.02, temperature=4.0)
+    # theta + eta g + sqrt(2 eta tau) xi = theta + 0.02 g + 0.4 xi
+    np.testing.assert_allclose(new, [1.0 + 0.01 + 0.4, -2.0 + 0.08 - 0.4], rtol=1e-14)
+
+
+def test_preconditioned_langevin_step_with_known_inputs():
+    new = langevin(np.array([0.0]), np.array([2.0]), np.array([1.0]), 0.5, 1.0, np.array([4.0]))
+    # 0 + 0.5 * 4 * 2 + sqrt(2 * 0.5 * 4) * 1
+    np.testing.assert_allclose(new, [4.0 + 2.0])
+
+
+def test_underdamped_step_with_known_inputs():
+    state = {"position": np.array([1.0]), "momentum": np.array([0.5])}
+    inputs = {"step_size": 0.1, "friction": 2.0, "mass": 4.0, "temperature": 0.5}
+    new = Underdamped.step(state, np.array([-2.0]), np.array([[1.0]]), inputs)
+    # r <- (1 - 0.1 * 2 / 4) 0.5 + 0.1 * (-2) + sqrt(2 * 0.1 * 2 * 0.5) * 1
+    expected_momentum = 0.95 * 0.5 - 0.2 + np.sqrt(0.2)
+    np.testing.assert_allclose(new["momentum"], [expected_momentum], rtol=1e-14)
+    np.testing.assert_allclose(new["position"], [1.0 + 0.1 * expected_momentum / 4.0], rtol=1e-14)
+
+
+def chain_inputs(dynamics_class, size):
+    dynamics = dynamics_class()
+    tuned = {"critical_friction": 1.0}
+    return dynamics, dynamics.chain_inputs(np.full(size, 0.5), 0.0, tuned)
+
+
+@pytest.mark.parametrize("dynamics_class", DYNAMICS)
+@pytest.mark.parametrize("step_size", [1e-3, 0.5])
+def test_zero_temperature_and_zero_gradient_leave_the_state_unchanged(dynamics_class, step_size):
+    rng = np.random.default_rng(0)
+    dynamics, inputs = chain_inputs(dynamics_class, 5)
+    position = rng.normal(size=5)
+    state = dynamics.initial_state(position, inputs, rng)
+    noise = rng.normal(size=(dynamics.noise_vectors, 5))
+    new = dynamics.step(state, np.zeros(5), noise, {**inputs, "step_size": step_size})
+    for name, value in state.items():
+        np.testing.assert_array_equal(new[name], value)
+
+
+@pytest.mark.parametrize("dynamics_class", DYNAMICS)
+def test_rules_build_pytensor_graphs_with_the_same_values(dynamics_class):
+    rng = np.random.default_rng(1)
+    dynamics, inputs = chain_inputs(dynamics_class, 2)
+    inputs = {**inputs, "temperature": 1.5, "step_size": 0.1}
+    state = {"position": rng.normal(size=2)}
+    state.update({v.name: rng.normal(size=() if v.scalar else 2) for v in dynamics.state})
+    gradient, noise = rng.normal(size=2), rng.normal(size=(dynamics.noise_vectors, 2))
+    symbols = {name: pt.as_tensor(value).type() for name, value in state.items()}
+    g, xi = pt.vector("g"), pt.matrix("xi")
+    outputs = dynamics.step(symbols, g, xi, inputs)
+    function = pytensor.function([*symbols.values(), g, xi], list(outputs.values()))
+    expected = dynamics.step(state, gradient, noise, inputs)
+    for value, name in zip(function(*state.values(), gradient, noise), outputs, strict=True):
+        np.testing.assert_allclose(value, expected[name], rtol=1e-12)
+
+
+def stationary_variance(noise_scale_factor=1.0, step_size=0.05, n_chains=20_000, n_steps=400):
+    """Run the Langevin rule on a standard normal target with an exact gradient."""
+    rng = np.random.default_rng(1)
+    theta = rng.normal(size=n_chains)
+    for _ in range(n_steps):
+        noise = noise_scale_factor * rng.normal(size=n_chains)
+        theta = langevin(theta, -theta, noise, step_size)
+    return theta.var()
+
+
+def test_stationary_variance_of_standard_normal_is_one():
+    # Exact stationary variance of the discretised chain: 1 / (1 - eta / 2).
+    variance = stationary_variance()
+    monte_carlo_sd = np.sqrt(2 / 20_000)
+    assert abs(variance - 1 / (1 - 0.05 / 2)) < 4 * monte_carlo_sd
+    assert abs(variance - 1) < 0.04
+
+
+def test_negative_control_eps_over_two_convention_is_caught():
+    """Noise sqrt(eta) with drift eta (mixing the two conventions) halves the variance."""
+    variance = stationary_variance(noise_scale_factor=np.sqrt(0.5))
+    assert abs(variance - 1) > 0.4
