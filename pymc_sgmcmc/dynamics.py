@@ -35,39 +35,31 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-__all__ = ["ChainInput", "Dynamics", "GaussianModel", "StateVariable"]
+__all__ = ["ChainInput", "Dynamics", "Entry", "GaussianModel", "StateVariable"]
 
 
 @dataclass(frozen=True)
-class StateVariable:
-    """One entry of a sampler's state besides the position.
+class Entry:
+    """A named value a declaration lists: a vector over the coordinates or a scalar.
 
     Attributes
     ----------
     name : str
-        Name of the entry, a key of the state mapping.
-    scalar : bool, default False
-        A scalar (e.g. a thermostat) instead of a vector over the coordinates.
-    """
-
-    name: str
-    scalar: bool = False
-
-
-@dataclass(frozen=True)
-class ChainInput:
-    """A value the update rule reads that stays fixed for a chain.
-
-    Attributes
-    ----------
-    name : str
-        Name of the input, a key of the inputs mapping.
+        Its key in the mapping the update rule reads.
     scalar : bool, default False
         A scalar instead of a vector over the coordinates.
     """
 
     name: str
     scalar: bool = False
+
+
+class StateVariable(Entry):
+    """One entry of a sampler's state besides the position (e.g. a momentum or a thermostat)."""
+
+
+class ChainInput(Entry):
+    """A value the update rule reads that stays fixed for a chain (e.g. the temperature)."""
 
 
 class GaussianModel(Protocol):

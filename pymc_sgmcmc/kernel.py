@@ -198,6 +198,8 @@ class Kernel:
     ) -> KernelResult:
         """Take ``len(indices)`` inner steps from ``state``.
 
+        ``state`` maps every state name to a float64 array (0-d for a scalar
+        entry), as the kernel returns them; the call does not convert them.
         ``indices`` holds one minibatch of row indices per step, ``noise`` the
         standard normal draws of every step (K x V x D), ``step_inputs`` K
         values of each per-step input, and ``values`` the chain inputs as

@@ -65,3 +65,21 @@ def test_notebook_runs_on_a_tiny_grid(monkeypatch):
         output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
     )
     assert "sghmc" in outputs and "pymc_nuts" in outputs
+
+
+def test_kernel_benchmark_defaults_name_only_known_backends(monkeypatch):
+    from pymc_sgmcmc.benchmark import kernels
+
+    called = {}
+    monkeypatch.setattr(kernels, "measure_kernels", lambda *args: called.setdefault("args", args))
+    kernels.main([])
+    _, backends, _ = called["args"]
+    assert backends and set(backends) <= set(kernels.BACKENDS)
+
+
+def test_every_registered_sampler_is_benchmarked():
+    from pymc_sgmcmc.benchmark.figures import LABELS
+    from pymc_sgmcmc.registry import SAMPLERS
+
+    for name in SAMPLERS:
+        assert name.lower() in runners.SAMPLERS and name.lower() in LABELS
