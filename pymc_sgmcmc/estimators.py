@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pymc.logprob.utils import ParameterValueError
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
@@ -149,8 +150,17 @@ class Probe:
         self._estimators = {}
 
     def terms(self, position, indices):
-        """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``."""
-        return self._terms(position, np.asarray(indices, dtype=np.int64))
+        """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
+
+        Where the model's parameter checks fail (e.g. a probability computed
+        as NaN far from the mode) the log density is -inf and the gradients
+        NaN, so that a search treats the point as outside the support.
+        """
+        try:
+            return self._terms(position, np.asarray(indices, dtype=np.int64))
+        except ParameterValueError:
+            nowhere = np.full_like(position, np.nan)
+            return -np.inf, nowhere, -np.inf, nowhere
 
     def gradient(self, estimator: str, position, indices, inputs=None):
         """Return the estimate of ``estimator`` (a key of :data:`ESTIMATORS`) on ``indices``.

@@ -365,10 +365,7 @@ class StochasticGradientStep(ArrayStepShared):
         if not self.measures:
             chain.settings = fixed_settings(self.dynamics, self.choices, size)
         else:
-            origin = position
-            if start:
-                jitter = self.tuning.start_jitter
-                origin = position + self.rng.uniform(-jitter, jitter, size)
+            origin = self._dispersed_start(position) if start else position
             measurements = measure(
                 self.compiled.probe,
                 self.batch_size,
@@ -393,6 +390,25 @@ class StochasticGradientStep(ArrayStepShared):
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in settings.warnings
         )
         chain.readapt = False
+        return position
+
+    def _dispersed_start(self, position: np.ndarray) -> np.ndarray:
+        """Return the chain's own starting point: ``position`` plus a uniform jitter.
+
+        The jitter shrinks by a factor 4 (eight times at most, then none) until
+        the gradient on a large minibatch is finite there: far from the mode
+        some models' gradients are not (e.g. a logistic likelihood whose
+        probabilities round to 0 or 1).
+        """
+        probe = self.compiled.probe
+        rows = min(self.tuning.hessian_rows, probe.n_rows)
+        indices = self.rng.choice(probe.n_rows, rows, replace=False)
+        jitter = self.tuning.start_jitter
+        for _ in range(8):
+            candidate = position + self.rng.uniform(-jitter, jitter, position.size)
+            if np.all(np.isfinite(probe.minibatch_gradient(candidate, indices))):
+                return candidate
+            jitter /= 4.0
         return position
 
     def _prepare_kernel_inputs(self) -> None:

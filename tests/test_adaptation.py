@@ -189,3 +189,11 @@ def test_subsample_newton_stage_reaches_the_same_mode():
     assert 3_000 in staged_rows and 3_000 not in direct_rows
     sds = np.sqrt(np.diag(np.linalg.inv(-hessian)))
     np.testing.assert_array_less(np.abs(staged - direct) / sds, 0.01)
+
+
+def test_chains_start_where_the_gradient_is_finite():
+    """Jitter of 1 saturates the logits of a covariate scaled by 100: the start jitters less."""
+    panel = logistic_regression(n_rows=2_000, badly_scaled=True)
+    result = run(SGHMC(batch_size=50, model=panel.model), panel.model, chains=2)
+    assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
+    assert not np.asarray(result.sample_stats["diverging"]).any()

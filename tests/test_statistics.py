@@ -86,6 +86,25 @@ def test_measured_inflation_is_the_bias_budget(gaussian, sampler, temperature):
     np.testing.assert_allclose(recorded, budget, rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"friction": 2e4}, {"mass": 1.0}, {"friction": 50.0, "mass": 10.0}],
+    ids=["heavy friction", "unit mass", "both"],
+)
+def test_measured_inflation_is_the_bias_budget_with_given_friction_and_mass(gaussian, options):
+    """The tuner sees a given friction and mass as they are (posterior variances ~ 5e-4)."""
+    budget = 0.3
+
+    def step():
+        return SGHMC(
+            batch_size=20, control_variate=False, replace=True, bias_budget=budget, **options
+        )
+
+    result = sample(gaussian.model, step, draws=2500, seed=13)
+    comparison = compare(result.posterior, gaussian.means, gaussian.sds)
+    assert_matches(comparison, f"SGHMC {options}", np.sqrt(1 + budget))
+
+
 def test_given_step_size_inflates_as_predicted(gaussian):
     """A step size the user gives is kept; the recorded prediction is what the chain does."""
     step_size = 2e-3

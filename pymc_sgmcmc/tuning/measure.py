@@ -235,6 +235,12 @@ def measure(
     """
     config = config or TuningConfig()
     mode, _, likelihood_gradient, hessian = find_mode(probe, position, batch_size, rng, config)
+    if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(mode))):
+        raise RuntimeError(
+            "The search for a posterior mode ended where the gradient is not finite; give "
+            "step_size, preconditioner, control_variate=False and steps_per_draw to sample "
+            "without adaptation, or start from a better initial point (initvals=...)."
+        )
     centre = probe.centre(mode, likelihood_gradient)
     try:
         factor = np.linalg.cholesky(np.linalg.inv(-hessian))
