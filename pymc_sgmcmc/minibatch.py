@@ -66,6 +66,8 @@ class MinibatchLogDensity:
     other_blocks : tuple of SharedVariable
         The values of the model's other free variables (sampled by other step
         methods), which the graphs read as shared variables.
+    data : tuple of SharedVariable
+        The N-row arrays the graphs gather minibatch rows from.
     """
 
     position: Variable
@@ -76,6 +78,7 @@ class MinibatchLogDensity:
     likelihood_gradient: Variable
     n_rows: int
     other_blocks: tuple = ()
+    data: tuple = ()
 
     @property
     def log_density(self) -> Variable:
@@ -283,20 +286,56 @@ def build_minibatch_log_density(
         pytensor.grad(likelihood, position, disconnected_inputs="ignore"),
         n_rows,
         tuple((shared or {}).values()),
+        tuple(gather.owner.inputs[0] for gather in replacements.values()),
     )
 
 
 def _check_batch_rows(model, batch_terms, indices, point, n_rows):
-    """Evaluate the minibatch terms once and check they have one entry per batch row."""
+    """Evaluate the minibatch terms and check they are one exchangeable term per row.
+
+    Each term must have one entry per batch row, and a row's term must not
+    change with the other rows of its batch: a lag or a statistic built from
+    the observed data (e.g. ``y[:-1]`` as a mean) would otherwise be computed
+    within the batch, silently.
+    """
+    terms = pytensor.function(
+        [indices, *model.value_vars], batch_terms, on_unused_input="ignore", mode=_SHAPE_MODE
+    )
+    values = [point[v.name] for v in model.value_vars]
     probe = np.arange(2 if n_rows != 2 else 1, dtype="int64")
-    inputs = [indices, *model.value_vars]
-    shapes = pytensor.function(
-        inputs, [term.shape for term in batch_terms], on_unused_input="ignore", mode=_SHAPE_MODE
-    )(probe, *(point[v.name] for v in model.value_vars))
-    for rv, shape in zip(model.observed_RVs, shapes, strict=True):
+    for rv, term in zip(model.observed_RVs, terms(probe, *values), strict=True):
+        shape = np.shape(term)
         if len(shape) == 0 or shape[0] != len(probe):
             raise MinibatchError(
                 f"The minibatch log likelihood of '{rv.name}' has shape {tuple(shape)} for "
                 f"{len(probe)} rows: some array of the likelihood is not indexed by row; "
                 "give data and covariates their observations on the first axis."
+            )
+    size = min(8, n_rows // 2)
+    if size < 2:
+        return
+    # Two batches of equal length (so terms PyMC scales by total_size / B
+    # compare too) that share their first rows, in another order and with
+    # other neighbours.
+    first = np.arange(size, dtype="int64")
+    shared = first[: size // 2]
+    second = np.concatenate([shared[::-1], np.arange(size, 2 * size - len(shared))])
+    # At the initial point parameters are often 0 (a lag coefficient, say),
+    # which can hide the dependence: move the continuous ones off it.
+    offsets = np.random.default_rng(0)
+    moved = [
+        value + offsets.uniform(-0.5, 0.5, np.shape(value))
+        if v.dtype in pm.pytensorf.continuous_types
+        else value
+        for v, value in zip(model.value_vars, values, strict=True)
+    ]
+    pairs = zip(terms(first, *moved), terms(second, *moved), strict=True)
+    for rv, (alone, mixed) in zip(model.observed_RVs, pairs, strict=True):
+        same = np.allclose(alone[shared], mixed[: len(shared)][::-1], rtol=1e-9, equal_nan=True)
+        if not same:
+            raise MinibatchError(
+                f"The log likelihood of '{rv.name}' for one row changes with the other rows of "
+                "its minibatch (e.g. a lag or a statistic built from the observed data), so its "
+                "rows are not exchangeable: give such values as a data column (pm.Data) or "
+                "sample the model with NUTS."
             )

@@ -18,7 +18,7 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.compiled_model import CompiledModel
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Centre
-from pymc_sgmcmc.minibatch import build_minibatch_log_density
+from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
 from pymc_sgmcmc.schedules import as_schedule
 from pymc_sgmcmc.tuning import (
     ChainSettings,
@@ -336,8 +336,20 @@ class StochasticGradientStep(ArrayStepShared):
     # Chain life cycle -----------------------------------------------------------
 
     def _new_chain(self) -> ChainState:
+        self._check_data()
         batches = self._batches
         return ChainState(IndexStream(batches.n_rows, batches.batch_size, batches.replace))
+
+    def _check_data(self) -> None:
+        """Refuse data whose number of rows changed (``pm.set_data``) since the step was built."""
+        n_rows = self.density.n_rows
+        lengths = sorted({len(data.get_value(borrow=True)) for data in self.density.data})
+        if lengths != [n_rows]:
+            raise MinibatchError(
+                f"The model's data now has {', '.join(map(str, lengths))} rows, but "
+                f"{type(self).__name__} was built for {n_rows}: build the step method again "
+                "after pm.set_data."
+            )
 
     def set_rng(self, rng) -> None:
         """Start a chain with generator ``rng`` (PyMC 5)."""

@@ -10,6 +10,7 @@ data array left unindexed, or a likelihood broadcast back to N rows (the
 import numpy as np
 import pymc as pm
 import pytensor
+import pytensor.tensor as pt
 import pytest
 from pymc.blocking import DictToArrayBijection
 
@@ -275,3 +276,46 @@ def test_discrete_variables_are_refused():
 def test_bad_arguments_get_one_line_errors(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         SGLD(model=numpy_model(), **kwargs)
+
+
+def ar_series(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.zeros(n)
+    for t in range(1, n):
+        y[t] = 0.8 * y[t - 1] + rng.normal()
+    return y
+
+
+@pytest.mark.parametrize("kind", ["lag", "centred by its mean"])
+def test_rows_that_depend_on_other_rows_are_refused(kind):
+    y = ar_series()
+    with pm.Model() as model:
+        y_data = pm.Data("y_data", y)
+        rho = pm.Normal("rho", 0, 1)
+        if kind == "lag":
+            mean = rho * pt.concatenate([pt.zeros(1), y_data[:-1]])
+            pm.Normal("y", mean, 1.0, observed=y_data)
+        else:
+            pm.Normal("y", rho, 1.0, observed=y_data - y_data.mean())
+    with pytest.raises(MinibatchError, match="'y' for one row changes with the other rows"):
+        SGLD(model=model)
+
+
+def test_the_same_lag_given_as_a_data_column_is_accepted():
+    y = ar_series()
+    with pm.Model() as model:
+        lagged = pm.Data("lagged", np.concatenate([[0.0], y[:-1]]))
+        rho = pm.Normal("rho", 0, 1)
+        pm.Normal("y", rho * lagged, 1.0, observed=y)
+    SGLD(model=model)
+
+
+@pytest.mark.parametrize("rows", [2 * N_ROWS, N_ROWS // 2])
+def test_data_resized_after_the_step_was_built_is_refused(rows):
+    model = pm_data_model()
+    with model:
+        step = SGLD(batch_size=BATCH)
+        x, y = np.ones((rows, 2)), np.ones(rows)
+        pm.set_data({"x": x, "y_obs": y})
+        with pytest.raises(MinibatchError, match=f"now has {rows} rows, but SGLD was built for"):
+            pm.sample(step=step, draws=2, tune=0, chains=1, progressbar=False)
