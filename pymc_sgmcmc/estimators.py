@@ -61,11 +61,15 @@ class GradientEstimator:
         and ``inputs``.
     inputs : dict of str to Variable
         Further inputs (e.g. the control-variate centre).
+    coordinate_inputs : frozenset of str
+        The inputs that are vectors over the sampled coordinates (their length
+        is the position's).
     """
 
     name: str
     gradient: Variable
     inputs: dict
+    coordinate_inputs: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,8 @@ def control_variate_gradient(density: MinibatchLogDensity) -> GradientEstimator:
     at_centre = graph_replace(density.likelihood_gradient, replacements, strict=False)
     gradient = density.prior_gradient + centre_gradient + density.likelihood_gradient - at_centre
     inputs = {"centre": centre, "centre_likelihood_gradient": centre_gradient, **blocks}
-    return GradientEstimator("control_variate", gradient, inputs)
+    coordinates = frozenset({"centre", "centre_likelihood_gradient"})
+    return GradientEstimator("control_variate", gradient, inputs, coordinates)
 
 
 #: Builders of the gradient estimators, by name.

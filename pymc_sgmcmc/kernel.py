@@ -15,7 +15,7 @@ from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["Kernel", "KernelResult"]
+__all__ = ["Kernel", "KernelResult", "as_state"]
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ class KernelResult:
     steps_taken: int
 
 
-def _placeholder(name: str, scalar: bool):
-    return pt.scalar(name, dtype="float64") if scalar else pt.vector(name, dtype="float64")
+def as_state(state: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Return a sampler state as the kernel reads it: float64 arrays (0-d for scalars)."""
+    return {name: np.asarray(value, dtype="float64") for name, value in state.items()}
 
 
 class Kernel:
@@ -79,13 +80,21 @@ class Kernel:
         compile_kwargs: dict | None = None,
     ):
         self.dynamics = dynamics
-        state = {"position": density.position}
-        state.update({v.name: _placeholder(v.name, v.scalar) for v in dynamics.state})
+        position = density.position
+
+        def placeholder(entry):
+            # Vectors take the position's type, whose length is known statically.
+            return (
+                pt.scalar(entry.name, dtype="float64")
+                if entry.scalar
+                else position.type(entry.name)
+            )
+
+        state = {"position": position}
+        state.update({entry.name: placeholder(entry) for entry in dynamics.state})
         noise = pt.matrix("noise", dtype="float64")
         step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
-        chain_inputs = {
-            spec.name: _placeholder(spec.name, spec.scalar) for spec in dynamics.chain_inputs_spec
-        }
+        chain_inputs = {spec.name: placeholder(spec) for spec in dynamics.chain_inputs_spec}
         new_state = dynamics.step(state, estimator.gradient, noise, {**chain_inputs, **step_inputs})
         new_state = [pt.as_tensor(new_state[name], dtype="float64") for name in state]
         gradient_norm = pt.sqrt(pt.sum(estimator.gradient**2))
@@ -145,6 +154,9 @@ class Kernel:
         self.state_names = tuple(state)
         self.input_names = tuple(named_inputs)
         self._input_types = {name: variable.type for name, variable in named_inputs.items()}
+        self._coordinate_inputs = estimator.coordinate_inputs | {
+            spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar
+        }
         # Numba's fast-math flags let LLVM assume values are finite, which would
         # remove the divergence check; the kernel is compiled without them.
         with pytensor.config.change_flags(numba__fastmath=False):
@@ -160,23 +172,23 @@ class Kernel:
         """Check a chain's named inputs once and return them in the kernel's order.
 
         The kernel runs its calls without checking its inputs, so this is where
-        a wrong shape or type is caught: every declared input must be present,
-        scalars must be scalars and vectors must have ``size`` entries.
+        a wrong shape or type is caught: every declared input must be present
+        with the number of dimensions of its type, and the vectors over the
+        coordinates (declared by the dynamics and by the estimator) must have
+        ``size`` entries.
 
         Raises
         ------
         ValueError
             If an input is missing or has the wrong shape.
         """
-        vectors = {s.name for s in self.dynamics.chain_inputs_spec if not s.scalar}
-        vectors |= {"centre", "centre_likelihood_gradient"}
         values = []
         for name in self.input_names:
             if name not in named:
                 raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
             kind = self._input_types[name]
             value = np.array(named[name], dtype=kind.dtype, order="C")
-            expected = (size,) if name in vectors else kind.shape
+            expected = (size,) if name in self._coordinate_inputs else kind.shape
             if value.ndim != kind.ndim or any(
                 length is not None and length != actual
                 for length, actual in zip(expected, value.shape, strict=True)
@@ -199,7 +211,8 @@ class Kernel:
         """Take ``len(indices)`` inner steps from ``state``.
 
         ``state`` maps every state name to a float64 array (0-d for a scalar
-        entry), as the kernel returns them; the call does not convert them.
+        entry, see :func:`as_state`), as the kernel returns them; the call does
+        not convert them.
         ``indices`` holds one minibatch of row indices per step, ``noise`` the
         standard normal draws of every step (K x V x D), ``step_inputs`` K
         values of each per-step input, and ``values`` the chain inputs as

@@ -18,6 +18,7 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.compiled_model import CompiledModel
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Centre
+from pymc_sgmcmc.kernel import as_state
 from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
 from pymc_sgmcmc.schedules import as_schedule
 from pymc_sgmcmc.tuning import (
@@ -395,8 +396,7 @@ class StochasticGradientStep(ArrayStepShared):
                 factor = measurements.laplace_factor
                 position = measurements.mode + factor @ self.rng.standard_normal(size)
         settings = chain.settings
-        state = self.dynamics.initial_state(position, settings.inputs, self.rng)
-        chain.state = {name: np.asarray(value, dtype="float64") for name, value in state.items()}
+        chain.state = as_state(self.dynamics.initial_state(position, settings.inputs, self.rng))
         self._prepare_kernel_inputs()
         chain.warnings.extend(
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in settings.warnings
@@ -429,8 +429,7 @@ class StochasticGradientStep(ArrayStepShared):
         if chain.settings.estimator == "control_variate":
             named.update(chain.centre.inputs())
         kernel = self.compiled.kernel(self.dynamics_class, chain.settings.estimator)
-        size = chain.state["position"].size
-        chain.kernel_inputs = kernel.prepare(named, size)
+        chain.kernel_inputs = kernel.prepare(named, chain.state["position"].size)
 
     # Sampling ---------------------------------------------------------------------
 

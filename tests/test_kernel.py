@@ -199,3 +199,32 @@ def test_full_data_check_catches_a_full_pass(model):
 def test_jax_mode_is_refused_with_the_fix(model):
     with model, pytest.raises(ValueError, match="mode='NUMBA'"):
         SGLD(compile_kwargs={"mode": "JAX"})
+
+
+def test_fused_control_variate_follows_another_block_that_moved():
+    """One sampled coordinate, another variable moved after the centre was taken."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-0.5, 1.5, N_ROWS)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        s = pm.Normal("s", 0, 10)
+        pm.Normal("y", mu + s * x, 1, observed=1.0 + 2.0 * x + rng.normal(size=N_ROWS))
+    point = model.initial_point()
+    value = model.rvs_to_values[mu]
+    shared = pm.make_shared_replacements(point, [value], model)
+    density = build_minibatch_log_density(model, [value], shared)
+    kernel = Kernel(density, control_variate_gradient(density), Langevin)
+    probe = Probe(density)
+    position = np.array([1.0])
+    centre = probe.centre(position)
+    (other,) = density.other_blocks
+    other.set_value(np.array(2.0))
+    inputs = chain_inputs(Langevin(), size=1)
+    indices, noise = make_inputs(4, size=1)
+    values = kernel.prepare({**inputs, **centre.inputs()}, 1)
+    result = kernel({"position": position}, indices, noise, {"step_size": np.full(4, 1e-3)}, values)
+    state = {"position": position}
+    for k in range(4):
+        g = probe.gradient("control_variate", state["position"], indices[k], centre.inputs())
+        state = Langevin.step(state, g, noise[k], {**inputs, "step_size": 1e-3})
+    np.testing.assert_allclose(result.state["position"], state["position"], rtol=1e-10)

@@ -15,7 +15,7 @@ import pytest
 
 from pymc_sgmcmc.dynamics import ChainInput, Dynamics, StateVariable
 from pymc_sgmcmc.estimators import minibatch_gradient
-from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.kernel import Kernel, as_state
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.step_method import StochasticGradientStep
 
@@ -84,10 +84,7 @@ def test_scalar_state_compiles_and_follows_the_rule(model):
     dynamics = Thermostat()
     inputs = dynamics.chain_inputs(np.ones(2), 1.0, {})
     rng = np.random.default_rng(1)
-    state = {
-        k: np.asarray(v, dtype=float)
-        for k, v in dynamics.initial_state(np.zeros(2), inputs, rng).items()
-    }
+    state = as_state(dynamics.initial_state(np.zeros(2), inputs, rng))
     indices = rng.integers(300, size=(6, 30))
     noise = rng.standard_normal((6, 1, 2))
     step_sizes = np.full(6, 1e-3)

@@ -16,6 +16,7 @@ import pymc as pm
 
 from pymc_sgmcmc import SGHMC
 from pymc_sgmcmc.estimators import Centre
+from pymc_sgmcmc.kernel import as_state
 from pymc_sgmcmc.panel import logistic_regression
 
 __all__ = ["measure_kernels"]
@@ -74,10 +75,7 @@ def measure_kernels(grid=(1_000, 1_000_000), backends=("numba", "c"), steps=100,
             size = position.size
             dynamics = step.dynamics
             inputs = dynamics.chain_inputs(np.ones(size), 1.0, {"critical_friction": 2.0})
-            state = {
-                k: np.asarray(v, dtype="float64")
-                for k, v in dynamics.initial_state(position, inputs, rng).items()
-            }
+            state = as_state(dynamics.initial_state(position, inputs, rng))
             noise = rng.standard_normal((steps, dynamics.noise_vectors, size))
             for estimator in ("minibatch", "control_variate"):
                 kernel = step.compiled.kernel(type(dynamics), estimator)

@@ -254,11 +254,12 @@ def measure(
     points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
     stream = IndexStream(probe.n_rows, batch_size, replace=True)
     noise_covariance = {}
+    centre_inputs = centre.inputs()
     for name in estimators:
         covariance = np.zeros((mode.size, mode.size))
         for point in points:
             gradients = [
-                probe.gradient(name, point, rows, centre.inputs())
+                probe.gradient(name, point, rows, centre_inputs)
                 for rows in stream.draw(rng, config.noise_batches)
             ]
             covariance += np.atleast_2d(np.cov(np.asarray(gradients), rowvar=False)) / len(points)
