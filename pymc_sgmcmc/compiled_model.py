@@ -5,6 +5,7 @@ from __future__ import annotations
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import ESTIMATORS, Probe
 from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.metric import METRICS
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = ["CompiledModel"]
@@ -15,9 +16,9 @@ class CompiledModel:
 
     The numeric probe (for the measurements) and the kernels (for sampling)
     are compiled on first use and kept, so every chain of a step method
-    reuses them; a kernel depends on the sampler's declaration and the
-    gradient estimator only, never on a chain's settings, which are its
-    inputs.
+    reuses them; a kernel depends on the sampler's declaration, the
+    gradient estimator and the kind of metric only, never on a chain's
+    settings, which are its inputs.
 
     Parameters
     ----------
@@ -46,11 +47,19 @@ class CompiledModel:
             self._probe = Probe(self.density, self.compile_kwargs, self.chunk_rows)
         return self._probe
 
-    def kernel(self, dynamics: type[Dynamics], estimator: str) -> Kernel:
-        """Return the kernel of ``dynamics`` with ``estimator``, compiling it on first use."""
-        key = (dynamics, estimator)
+    def kernel(self, dynamics: type[Dynamics], estimator: str, metric: str = "identity") -> Kernel:
+        """Return the kernel of ``dynamics`` with ``estimator`` and ``metric``.
+
+        The kernel is compiled on first use; ``metric`` is a kind of
+        :data:`pymc_sgmcmc.metric.METRICS`.
+        """
+        key = (dynamics, estimator, metric)
         if key not in self._kernels:
             self._kernels[key] = Kernel(
-                self.density, ESTIMATORS[estimator](self.density), dynamics, self.compile_kwargs
+                self.density,
+                ESTIMATORS[estimator](self.density),
+                dynamics,
+                self.compile_kwargs,
+                METRICS[metric],
             )
         return self._kernels[key]

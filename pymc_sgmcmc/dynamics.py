@@ -185,6 +185,14 @@ class Dynamics(ABC):
     def check_size(self, size: int) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if an option does not fit ``size`` coordinates (none by default)."""
 
+    def accepts_metric(self) -> bool:
+        """Return whether the chain may run in a metric's coordinates (True by default).
+
+        Dynamics whose given options are in the model's coordinates (e.g. a
+        mass) return False; they then run with a diagonal preconditioner.
+        """
+        return True
+
     def needs_measurements(self) -> bool:
         """Return whether the chain inputs depend on measurements (besides the step size)."""
         return False

@@ -13,6 +13,7 @@ from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
+from pymc_sgmcmc.metric import IdentityMetric, Metric
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = ["Kernel", "KernelResult", "as_state"]
@@ -25,7 +26,9 @@ class KernelResult:
     Attributes
     ----------
     state : dict of str to ndarray
-        State after the last finite inner step.
+        State after the last finite inner step, in the metric's coordinates.
+    position : ndarray
+        The position of that state in the model's coordinates.
     log_density : float
         Minibatch log-density estimate at the returned position, on the last batch.
     gradient_norm : float
@@ -36,6 +39,7 @@ class KernelResult:
     """
 
     state: dict
+    position: np.ndarray
     log_density: float
     gradient_norm: float
     steps_taken: int
@@ -78,8 +82,10 @@ class Kernel:
         estimator: GradientEstimator,
         dynamics: type[Dynamics],
         compile_kwargs: dict | None = None,
+        metric: type[Metric] = IdentityMetric,
     ):
         self.dynamics = dynamics
+        self.metric = metric
         position = density.position
 
         def placeholder(entry):
@@ -90,14 +96,24 @@ class Kernel:
                 else position.type(entry.name)
             )
 
-        state = {"position": position}
+        # The dynamics run in the metric's coordinates z, theta = shift + A z.
+        coordinates = position.type("coordinates")
+        metric_inputs = {
+            name: pt.tensor(name, shape=(None,) * len(shape), dtype="float64")
+            for name, shape in metric.input_shapes.items()
+        }
+        theta = metric.to_position(coordinates, metric_inputs)
+        gradient = metric.pull_gradient(
+            graph_replace(estimator.gradient, {position: theta}, strict=False), metric_inputs
+        )
+        state = {"position": coordinates}
         state.update({entry.name: placeholder(entry) for entry in dynamics.state})
         noise = pt.matrix("noise", dtype="float64")
         step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
         chain_inputs = {spec.name: placeholder(spec) for spec in dynamics.chain_inputs_spec}
-        new_state = dynamics.step(state, estimator.gradient, noise, {**chain_inputs, **step_inputs})
+        new_state = dynamics.step(state, gradient, noise, {**chain_inputs, **step_inputs})
         new_state = [pt.as_tensor(new_state[name], dtype="float64") for name in state]
-        gradient_norm = pt.sqrt(pt.sum(estimator.gradient**2))
+        gradient_norm = pt.sqrt(pt.sum(gradient**2))
         checked = pt.concatenate([gradient_norm[None], *(pt.atleast_1d(s) for s in new_state)])
         finite = ~(pt.any(pt.isnan(checked)) | pt.any(pt.isinf(checked)))
         # ``alive`` turns false at the first non-finite step and stays false:
@@ -110,7 +126,7 @@ class Kernel:
         ]
         step_outputs = [*kept, still_alive, gradient_norm]
 
-        named_inputs = {**chain_inputs, **estimator.inputs}
+        named_inputs = {**chain_inputs, **estimator.inputs, **metric_inputs}
         sequences = [density.indices, noise, *step_inputs.values()]
         placeholders = [*sequences, *state.values(), alive, *named_inputs.values()]
 
@@ -127,15 +143,15 @@ class Kernel:
             pt.tensor(f"initial_{name}", shape=(None,) * variable.ndim, dtype="float64")
             for name, variable in state.items()
         ]
-        named_values = [
-            pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
+        named_values = {
+            name: pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
             for name, variable in named_inputs.items()
-        ]
+        }
         outputs, _ = pytensor.scan(
             inner_step,
             sequences=[batch_indices, noises, *step_values],
             outputs_info=[*initial_state, pt.as_tensor(np.True_), None],
-            non_sequences=named_values,
+            non_sequences=list(named_values.values()),
             n_steps=batch_indices.shape[0],
             strict=False,
             return_list=True,
@@ -143,26 +159,33 @@ class Kernel:
         *states, _, norms = outputs
         steps_taken = pt.sum(outputs[-2])
         results = [s[-1] for s in states]
+        final_position = graph_replace(
+            theta,
+            {coordinates: results[0]}
+            | {metric_inputs[name]: named_values[name] for name in metric_inputs},
+            strict=False,
+        )
         # The log density is a statistic only: evaluated once, at the returned
         # position with the last batch, not inside the loop.
         log_density = graph_replace(
             density.log_density,
-            {density.position: results[0], density.indices: batch_indices[-1]},
+            {density.position: final_position, density.indices: batch_indices[-1]},
             strict=False,
         )
-        inputs = [*initial_state, batch_indices, noises, *step_values, *named_values]
+        inputs = [*initial_state, batch_indices, noises, *step_values, *named_values.values()]
         self.state_names = tuple(state)
         self.input_names = tuple(named_inputs)
         self._input_types = {name: variable.type for name, variable in named_inputs.items()}
-        self._coordinate_inputs = estimator.coordinate_inputs | {
+        coordinate_inputs = estimator.coordinate_inputs | {
             spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar
         }
+        self._shapes = {name: ("D",) for name in coordinate_inputs} | metric.input_shapes
         # Numba's fast-math flags let LLVM assume values are finite, which would
         # remove the divergence check; the kernel is compiled without them.
         with pytensor.config.change_flags(numba__fastmath=False):
             self._function = pm.compile(
                 inputs,
-                [*results, log_density, norms[-1], steps_taken],
+                [*results, final_position, log_density, norms[-1], steps_taken],
                 on_unused_input="ignore",
                 **(compile_kwargs or {}),
             )
@@ -173,9 +196,9 @@ class Kernel:
 
         The kernel runs its calls without checking its inputs, so this is where
         a wrong shape or type is caught: every declared input must be present
-        with the number of dimensions of its type, and the vectors over the
-        coordinates (declared by the dynamics and by the estimator) must have
-        ``size`` entries.
+        with the number of dimensions of its type, and the lengths over the
+        coordinates (declared by the dynamics, the estimator and the metric)
+        must be ``size``.
 
         Raises
         ------
@@ -188,7 +211,8 @@ class Kernel:
                 raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
             kind = self._input_types[name]
             value = np.array(named[name], dtype=kind.dtype, order="C")
-            expected = (size,) if name in self._coordinate_inputs else kind.shape
+            template = self._shapes.get(name, kind.shape)
+            expected = tuple(size if length == "D" else length for length in template)
             if value.ndim != kind.ndim or any(
                 length is not None and length != actual
                 for length, actual in zip(expected, value.shape, strict=True)
@@ -218,7 +242,7 @@ class Kernel:
         values of each per-step input, and ``values`` the chain inputs as
         returned by :meth:`prepare`.
         """
-        *new_state, log_density, gradient_norm, steps_taken = self._function(
+        *new_state, position, log_density, gradient_norm, steps_taken = self._function(
             *(state[name] for name in self.state_names),
             indices,
             noise,
@@ -227,6 +251,7 @@ class Kernel:
         )
         return KernelResult(
             dict(zip(self.state_names, new_state, strict=True)),
+            position,
             float(log_density),
             float(gradient_norm),
             int(steps_taken),

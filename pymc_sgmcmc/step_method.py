@@ -23,12 +23,14 @@ from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
 from pymc_sgmcmc.schedules import as_schedule
 from pymc_sgmcmc.tuning import (
     ChainSettings,
+    Measurements,
     TuningConfig,
     UserChoices,
     choose_settings,
     fixed_settings,
     measure,
 )
+from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
 
 __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
 
@@ -36,6 +38,9 @@ __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
 #: ``mode``. Numba ships with PyTensor and runs a fused loop of minibatch steps
 #: several times faster than the C backend (see docs/performance.md).
 DEFAULT_MODE = "NUMBA"
+
+#: What ``preconditioner`` may name: the tuner's choice or one kind of metric.
+METRIC_CHOICES = ("auto", "diagonal", "dense", "low_rank")
 
 #: Statistics every stochastic-gradient step records, one value per draw.
 BASE_STATS = {
@@ -81,6 +86,14 @@ class ChainState:
         Whether the chain measures again before its next draw.
     warnings : list of SamplerWarning
         Warnings not yet handed to PyMC (one per draw).
+    measurements : Measurements or None
+        What the chain measured, refined by its tune windows.
+    window : list of ndarray
+        The tune draws of the current window.
+    windows_closed : int
+        Tune windows closed so far.
+    tune_draws : int
+        Tune draws since the chain first adapted.
     """
 
     batches: IndexStream
@@ -93,6 +106,10 @@ class ChainState:
     diverged: bool = False
     readapt: bool = False
     warnings: list = field(default_factory=list)
+    measurements: Measurements | None = None
+    window: list = field(default_factory=list)
+    windows_closed: int = 0
+    tune_draws: int = 0
 
 
 @dataclass_state
@@ -114,9 +131,9 @@ class StochasticGradientStep(ArrayStepShared):
 
     Adaptation runs when a chain takes its first draw (during ``tune``): from
     a jittered copy of its starting point and with its own generator, the
-    chain finds a mode, estimates the posterior scale and the gradient noise
-    there, and :func:`~pymc_sgmcmc.tuning.choose_settings` fixes the gradient
-    estimator, the diagonal preconditioner, the step size meeting
+    chain finds a mode, estimates the posterior covariance and the gradient
+    noise there, and :func:`~pymc_sgmcmc.tuning.choose_settings` fixes the
+    gradient estimator, the metric (dense, low-rank or diagonal), the step size meeting
     ``bias_budget`` for this sampler's actual temperature, friction and mass,
     and the inner steps per draw, unless the user gave them. The chain then
     starts from its own draw of the Laplace approximation at its mode. When
@@ -139,9 +156,15 @@ class StochasticGradientStep(ArrayStepShared):
     steps_per_draw : int, optional
         Inner steps per recorded draw; by default about the chain's
         predicted relaxation time, so draws are close to independent.
-    preconditioner : "auto", None or array, default "auto"
-        Diagonal :math:`P`: the Laplace posterior variance at the mode
-        ("auto"), the identity (None) or given values.
+    preconditioner : str, None or array, default "auto"
+        The coordinates the chain samples in (:mod:`pymc_sgmcmc.metric`),
+        built from the Laplace covariance at the chain's mode: "diagonal"
+        (the posterior sds), "dense" (its Cholesky factor), "low_rank" (the
+        sds and the most stretched directions of the posterior correlation),
+        or "auto", which chooses the one with the shortest predicted
+        relaxation per unit of work (dense up to ``tuning.dense_size``
+        coordinates, low-rank beyond). ``None`` samples in the model's
+        coordinates; an array is a given diagonal preconditioner :math:`P`.
     control_variate : bool, optional
         Use the control-variate gradient centred at the mode (True), the plain
         minibatch gradient (False), or whichever the measured noise says mixes
@@ -174,13 +197,14 @@ class StochasticGradientStep(ArrayStepShared):
 
     - ``step_size``: step size of the last inner step.
     - ``gradient_norm``: Euclidean norm of the gradient estimate at the start
-      of the last inner step.
+      of the last inner step, in the metric's coordinates.
     - ``log_density``: minibatch estimate of the log posterior (up to a
       constant) at the end of the draw.
     - ``diverging``: True once the state or its gradient became non-finite;
       the chain then stays at its last finite state.
     - ``control_variate``: whether the chain uses control variates.
-    - ``steps_per_draw``: inner steps per draw.
+    - ``steps_per_draw``: inner steps of this draw (one per tune draw once
+      the tune windows have closed and the chain has settled).
     - ``gradient_noise``: measured variance of the gradient-estimate noise, in
       preconditioned coordinates.
     - ``predicted_inflation``: predicted relative inflation of the posterior
@@ -259,9 +283,16 @@ class StochasticGradientStep(ArrayStepShared):
         self.batch_size = self._batches.batch_size
         size = sum(int(np.prod(initial_point[v.name].shape, dtype=int)) for v in vars)
         self.dynamics.check_size(size)
+        given_preconditioner, metric = self._check_preconditioner(preconditioner, size)
+        if metric != "auto" and not self.dynamics.accepts_metric():
+            raise ValueError(
+                f"preconditioner={metric!r} needs the sampler's options in the metric's "
+                "coordinates; leave friction and mass unset, or use preconditioner='auto'."
+            )
         self.choices = UserChoices(
             step_size=None if step_size is None else as_schedule(step_size),
-            preconditioner=self._check_preconditioner(preconditioner, size),
+            preconditioner=given_preconditioner,
+            metric=metric,
             estimators={
                 None: ("minibatch", "control_variate"),
                 True: ("control_variate",),
@@ -306,18 +337,20 @@ class StochasticGradientStep(ArrayStepShared):
 
     @staticmethod
     def _check_preconditioner(preconditioner, size):
+        """Return the given diagonal preconditioner (or None) and the metric to build."""
         if isinstance(preconditioner, str):
-            if preconditioner != "auto":
+            if preconditioner not in METRIC_CHOICES:
                 raise ValueError(
-                    f"preconditioner must be 'auto', None or an array, got {preconditioner!r}."
+                    f"preconditioner must be one of {', '.join(map(repr, METRIC_CHOICES))}, "
+                    f"None or an array, got {preconditioner!r}."
                 )
-            return None
+            return None, preconditioner
         if preconditioner is None:
-            return np.ones(size)
+            return np.ones(size), "auto"
         values = np.broadcast_to(np.asarray(preconditioner, dtype=float), (size,)).copy()
         if not np.all(np.isfinite(values) & (values > 0)):
             raise ValueError("preconditioner must hold positive finite numbers.")
-        return values
+        return values, "auto"
 
     def _needs_measurements(self) -> bool:
         choices = self.choices
@@ -337,6 +370,9 @@ class StochasticGradientStep(ArrayStepShared):
     # Chain life cycle -----------------------------------------------------------
 
     def _new_chain(self) -> ChainState:
+        # A chain tunes until PyMC calls stop_tuning (its parallel sampler
+        # never sets ``tune``; the sequential one sets it after this).
+        self.tune = True
         self._check_data()
         batches = self._batches
         return ChainState(IndexStream(batches.n_rows, batches.batch_size, batches.replace))
@@ -369,6 +405,7 @@ class StochasticGradientStep(ArrayStepShared):
         """End tuning; in a compound step, measure again before the next draw."""
         self.tune = False
         chain = self.chain
+        chain.window = []
         if chain.settings is not None and self.measures and self.density.other_blocks:
             chain.readapt = True
 
@@ -390,19 +427,96 @@ class StochasticGradientStep(ArrayStepShared):
             chain.settings = choose_settings(
                 self.dynamics, measurements, self.choices, self.tuning, type(self).__name__
             )
+            chain.measurements = measurements
             chain.centre = measurements.centre
             chain.steps_since_refresh = 0
             if start:
                 factor = measurements.laplace_factor
                 position = measurements.mode + factor @ self.rng.standard_normal(size)
         settings = chain.settings
-        chain.state = as_state(self.dynamics.initial_state(position, settings.inputs, self.rng))
+        coordinates = settings.metric.to_coordinates(position)
+        chain.state = as_state(self.dynamics.initial_state(coordinates, settings.inputs, self.rng))
         self._prepare_kernel_inputs()
         chain.warnings.extend(
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in settings.warnings
         )
         chain.readapt = False
         return position
+
+    def _uses_windows(self) -> bool:
+        """Whether tune draws refine the settings: only a metric the tuner chose is checked.
+
+        Not at temperature 0 (optimisation), whose draws have no spread.
+        """
+        return (
+            self.measures
+            and self.choices.preconditioner is None
+            and self.dynamics.accepts_metric()
+            and not self.density.other_blocks
+            and self.choices.temperature > 0
+        )
+
+    def _record_tune_draw(self, position: np.ndarray) -> None:
+        """Add a tune draw to the current window; refine the settings when it closes."""
+        chain, windows = self.chain, self.tuning.windows
+        chain.tune_draws += 1
+        if chain.windows_closed >= len(windows) or not self._uses_windows():
+            return
+        chain.window.append(position)
+        if len(chain.window) < windows[chain.windows_closed]:
+            return
+        draws = np.array(chain.window)
+        chain.window = []
+        chain.windows_closed += 1
+        settings = chain.settings
+        independent = independent_draws(len(draws), settings.steps_per_draw, settings.relaxation)
+        if independent < 2 * position.size:
+            return
+        check = check_window(
+            draws, settings.metric, independent, self.tuning, self.choices.temperature
+        )
+        if not check.disagrees:
+            return
+        chain.measurements = refine(
+            chain.measurements,
+            check,
+            settings.metric,
+            draws,
+            self.compiled.probe,
+            self.rng,
+            self.choices.estimators,
+            self.tuning,
+        )
+        name = type(self).__name__
+        chain.settings = choose_settings(
+            self.dynamics, chain.measurements, self.choices, self.tuning, name
+        )
+        coordinates = chain.settings.metric.to_coordinates(position)
+        chain.state = as_state(
+            self.dynamics.initial_state(coordinates, chain.settings.inputs, self.rng)
+        )
+        self._prepare_kernel_inputs()
+        messages = [
+            f"{name}: the tune draws' variance differs from the Laplace approximation at the "
+            f"mode by a factor {check.worst_ratio:.2g} along one direction; the metric, noise "
+            "and step size were measured again where the chain went.",
+            *(m for m in chain.settings.warnings if m not in settings.warnings),
+        ]
+        chain.warnings.extend(
+            SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
+        )
+
+    def _steps_this_draw(self) -> int:
+        """Inner steps of the next draw: one per tune draw once adaptation has settled.
+
+        Not in a compound step, where the other step methods tune against this
+        block's moves.
+        """
+        chain, tuning = self.chain, self.tuning
+        settled = chain.tune_draws >= sum(tuning.windows) + tuning.settle_draws
+        if self.tune and self.measures and settled and not self.density.other_blocks:
+            return 1
+        return chain.settings.steps_per_draw
 
     def _dispersed_start(self, position: np.ndarray) -> np.ndarray:
         """Return the chain's own starting point: ``position`` plus a uniform jitter.
@@ -425,11 +539,15 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _prepare_kernel_inputs(self) -> None:
         chain = self.chain
-        named = dict(chain.settings.inputs)
-        if chain.settings.estimator == "control_variate":
+        settings = chain.settings
+        named = {**settings.inputs, **settings.metric.inputs()}
+        if settings.estimator == "control_variate":
             named.update(chain.centre.inputs())
-        kernel = self.compiled.kernel(self.dynamics_class, chain.settings.estimator)
-        chain.kernel_inputs = kernel.prepare(named, chain.state["position"].size)
+        chain.kernel_inputs = self._kernel().prepare(named, chain.state["position"].size)
+
+    def _kernel(self):
+        settings = self.chain.settings
+        return self.compiled.kernel(self.dynamics_class, settings.estimator, settings.metric.kind)
 
     # Sampling ---------------------------------------------------------------------
 
@@ -442,7 +560,7 @@ class StochasticGradientStep(ArrayStepShared):
         elif chain.readapt:
             self._adapt(position, start=False)
         settings = chain.settings
-        n_steps = settings.steps_per_draw
+        n_steps = self._steps_this_draw()
         step_sizes = np.asarray(settings.step_size(chain.steps_taken + np.arange(n_steps)))
         if not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
             raise ValueError(
@@ -450,7 +568,7 @@ class StochasticGradientStep(ArrayStepShared):
                 "positive finite number; a schedule must return step sizes > 0."
             )
         if chain.diverged:
-            return q0, [self._stats(step_sizes[-1], np.nan, np.nan)]
+            return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps)]
         if (
             settings.estimator == "control_variate"
             and self.control_variate_refresh is not None
@@ -460,18 +578,21 @@ class StochasticGradientStep(ArrayStepShared):
             chain.steps_since_refresh = 0
             self._prepare_kernel_inputs()
 
-        kernel = self.compiled.kernel(self.dynamics_class, settings.estimator)
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
-        state = {**chain.state, "position": position}
-        result = kernel(state, indices, noise, {"step_size": step_sizes}, chain.kernel_inputs)
+        state = {**chain.state, "position": settings.metric.to_coordinates(position)}
+        result = self._kernel()(
+            state, indices, noise, {"step_size": step_sizes}, chain.kernel_inputs
+        )
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken
         if result.steps_taken < n_steps:
             self._diverge(step_sizes[result.steps_taken])
-        stats = self._stats(step_sizes[-1], result.log_density, result.gradient_norm)
-        return RaveledVars(result.state["position"], q0.point_map_info), [stats]
+        stats = self._stats(step_sizes[-1], result.log_density, result.gradient_norm, n_steps)
+        if self.tune and not chain.diverged:
+            self._record_tune_draw(result.position)
+        return RaveledVars(result.position, q0.point_map_info), [stats]
 
     def _diverge(self, step_size: float) -> None:
         self.chain.diverged = True
@@ -482,7 +603,7 @@ class StochasticGradientStep(ArrayStepShared):
         )
         self.chain.warnings.append(SamplerWarning(WarningType.DIVERGENCE, message, "warn"))
 
-    def _stats(self, step_size, log_density, gradient_norm) -> dict:
+    def _stats(self, step_size, log_density, gradient_norm, n_steps) -> dict:
         chain = self.chain
         settings = chain.settings
         return {
@@ -491,7 +612,7 @@ class StochasticGradientStep(ArrayStepShared):
             "log_density": float(log_density),
             "diverging": chain.diverged,
             "control_variate": settings.estimator == "control_variate",
-            "steps_per_draw": settings.steps_per_draw,
+            "steps_per_draw": n_steps,
             "gradient_noise": settings.gradient_noise,
             "predicted_inflation": settings.predicted_inflation,
             "warning": chain.warnings.pop(0) if chain.warnings else None,

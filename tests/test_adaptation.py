@@ -148,7 +148,7 @@ def test_fixed_settings_skip_adaptation(large_logistic):
     ("kwargs", "message"),
     [
         ({"bias_budget": 0.0}, "bias_budget must be between 0 and 1"),
-        ({"preconditioner": "diagonal"}, "preconditioner must be 'auto', None or an array"),
+        ({"preconditioner": "full"}, "preconditioner must be one of 'auto', 'diagonal'"),
         ({"preconditioner": -1.0}, "preconditioner must hold positive"),
         ({"control_variate": "yes"}, "control_variate must be None"),
         ({"control_variate_refresh": 0}, "control_variate_refresh must be a positive integer"),

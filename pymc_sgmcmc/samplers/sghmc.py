@@ -210,6 +210,10 @@ class Underdamped(Dynamics):
         step_scales, frictions = _representatives(1.0 / np.sqrt(relative_mass), frictions)
         return _UnderdampedGaussian(step_scales, frictions, critical)
 
+    def accepts_metric(self):
+        """Return False when a friction or mass is given: they are in the model's coordinates."""
+        return self.friction is None and self.mass is None
+
     def needs_measurements(self):
         """Return True unless the friction is given: it is chosen from the curvatures."""
         return self.friction is None

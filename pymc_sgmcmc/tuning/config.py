@@ -25,6 +25,8 @@ class TuningConfig:
         Steps and base learning rate of the Adam stage of the mode search.
     hessian_rows : int
         Rows of the minibatch on which the Hessian is estimated.
+    hessian_full_work : int
+        Largest N times D for which the Hessian is estimated on all rows.
     subsample_rows : int
         Rows of the subsample Newton stage (run when N exceeds four times it).
     newton_steps : int
@@ -47,12 +49,29 @@ class TuningConfig:
     slow_relaxation : float
         Relaxation time (inner steps) above which the step warns that the
         bias budget forces tiny steps.
+    dense_size : int
+        Most coordinates for which a dense metric is a candidate; beyond, a
+        low-rank one is.
+    low_rank, low_rank_spread : int, float
+        Most directions a low-rank metric keeps, and the factor by which a
+        direction's variance must differ from its diagonal prediction to be kept.
+    windows : tuple of int
+        Tune draws (counted from the chain's first adaptation) in each window
+        whose draws are compared with the metric; later windows need the
+        tune phase to last that long.
+    window_margin : float
+        Factor by which a variance ratio must lie beyond the sampling-error
+        band to count as disagreement.
+    settle_draws : int
+        Tune draws taken at full length after the last window; the remaining
+        tune draws take one inner step each (they are discarded).
     """
 
     start_jitter: float = 1.0
     adam_steps: int = 1500
     adam_rate: float = 0.05
     hessian_rows: int = 4096
+    hessian_full_work: int = 2_000_000
     subsample_rows: int = 50_000
     newton_steps: int = 20
     newton_tolerance: float = 1e-4
@@ -63,3 +82,9 @@ class TuningConfig:
     estimator_cost: dict = field(default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0})
     max_steps_per_draw: int = 1000
     slow_relaxation: float = 500.0
+    dense_size: int = 200
+    low_rank: int = 10
+    low_rank_spread: float = 2.0
+    windows: tuple = (100, 200)
+    window_margin: float = 1.5
+    settle_draws: int = 50

@@ -4,7 +4,7 @@ At the start of sampling (during ``tune``), :func:`find_mode` locates a mode
 of the posterior, first by Adam on minibatch gradients, then (on large data)
 by Newton steps on a subsample, and finally by damped Newton steps with
 full-data gradients summed in chunks, all with a Hessian estimated from a
-large minibatch. :func:`measure` then estimates, around that
+large minibatch (all rows when that is cheap). :func:`measure` then estimates, around that
 mode, the quantities the step-size rules of :mod:`pymc_sgmcmc.tuning` need:
 the posterior scale (the diagonal preconditioner), the range of curvatures in
 preconditioned coordinates, and the variance of each gradient estimator.
@@ -21,7 +21,7 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 
-__all__ = ["Measurements", "find_mode", "measure"]
+__all__ = ["Measurements", "find_mode", "measure", "measure_noise"]
 
 _log = logging.getLogger("pymc")
 
@@ -48,6 +48,11 @@ class Measurements:
         A square root of the Laplace covariance, to draw starting points.
     noise_covariance : dict of str to ndarray
         Covariance of each gradient estimator's noise at typical posterior points.
+    batch_size : int
+        Rows per minibatch the noise was measured with.
+    draw_covariance : ndarray or None
+        The covariance estimated from tune draws, once a window has replaced
+        the Laplace picture (see :mod:`pymc_sgmcmc.tuning.windows`).
     """
 
     mode: np.ndarray
@@ -57,21 +62,38 @@ class Measurements:
     laplace_variance: np.ndarray
     laplace_factor: np.ndarray
     noise_covariance: dict
+    batch_size: int = 100
+    draw_covariance: np.ndarray | None = None
 
-    def curvatures(self, preconditioner) -> tuple[float, float]:
-        """Return the smallest and largest curvature in coordinates scaled by ``preconditioner``."""
-        scale = np.sqrt(preconditioner)
-        values = np.linalg.eigvalsh(-scale[:, None] * self.hessian * scale[None, :])
+    def curvatures(self, factor) -> tuple[float, float]:
+        """Return the smallest and largest curvature in the coordinates ``theta = A z``.
+
+        ``factor`` is ``A`` (a matrix), or a diagonal preconditioner ``P``
+        (a vector, ``A = diag(sqrt(P))``). The range spans the Hessian at the
+        mode and, once tune draws have been used, the inverse variances of
+        the draws' covariance in those coordinates.
+        """
+        factor = _as_factor(factor)
+        values = np.linalg.eigvalsh(-factor.T @ self.hessian @ factor)
+        if self.draw_covariance is not None:
+            inverse = np.linalg.inv(factor)
+            variances = np.linalg.eigvalsh(inverse @ self.draw_covariance @ inverse.T)
+            values = np.concatenate([values, 1.0 / variances])
         positive = values[values > 0]
         if positive.size == 0:
             return 1.0, 1.0
         return float(positive.min()), float(values.max())
 
-    def noise(self, estimator: str, preconditioner) -> float:
-        """Return the largest noise variance of ``estimator`` in scaled coordinates."""
-        scale = np.sqrt(preconditioner)
-        covariance = scale[:, None] * self.noise_covariance[estimator] * scale[None, :]
+    def noise(self, estimator: str, factor) -> float:
+        """Return the largest noise variance of ``estimator`` in the coordinates of ``factor``."""
+        factor = _as_factor(factor)
+        covariance = factor.T @ self.noise_covariance[estimator] @ factor
         return float(np.linalg.eigvalsh(covariance).max())
+
+
+def _as_factor(factor) -> np.ndarray:
+    factor = np.asarray(factor, dtype=float)
+    return np.diag(np.sqrt(factor)) if factor.ndim == 1 else factor
 
 
 def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
@@ -90,13 +112,19 @@ def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
     return position
 
 
-def _hessian(probe: Probe, position, rng, rows):
-    """Estimate the Hessian of the log posterior from one large minibatch.
+def _hessian(probe: Probe, position, rng, config: TuningConfig):
+    """Estimate the Hessian of the log posterior on all rows, or on one large minibatch.
 
-    A first pass with unit-scale differencing steps gives the curvature of
-    each coordinate; the second uses steps of 1e-3 of the implied sd.
+    All rows are used while their number times D stays within
+    ``config.hessian_full_work`` (a subsample would miss the rows of small
+    groups); otherwise ``config.hessian_rows`` rows drawn at random. A first
+    pass with unit-scale differencing steps gives the curvature of each
+    coordinate; the second uses steps of 1e-3 of the implied sd.
     """
     n_rows = probe.n_rows
+    rows = config.hessian_rows
+    if n_rows * position.size <= config.hessian_full_work:
+        rows = n_rows
     indices = np.arange(n_rows) if n_rows <= rows else rng.choice(n_rows, rows, replace=False)
     rough = probe.hessian(position, indices, np.full(position.size, 1e-4))
     curvature = np.abs(np.diag(rough))
@@ -115,19 +143,22 @@ def _newton_direction(hessian, gradient):
         return gradient / scale, False
 
 
-def _newton(evaluate, position, hessian, max_steps, tolerance):
-    """Climb ``evaluate`` by damped Newton steps with a fixed Hessian.
+def _newton(evaluate, position, hessian, max_steps, tolerance, refresh=None):
+    """Climb ``evaluate`` by damped Newton steps.
 
-    ``evaluate(position)`` returns ``(log_density, gradient, extra)``. Stops
-    when the Newton decrement (squared distance to the mode in posterior sds)
-    falls below ``tolerance``. Returns the final position, its evaluation and
-    whether it moved.
+    ``evaluate(position)`` returns ``(log_density, gradient, extra)``. The
+    Hessian stays fixed while full Newton steps succeed; where a step had to
+    be damped, or the Hessian is not negative definite, ``refresh(position)``
+    (if given) estimates it again at the new position, since the quadratic
+    picture failed there. Stops when the Newton decrement (squared distance
+    to the mode in posterior sds) falls below ``tolerance``. Returns the
+    final position, its evaluation, the Hessian and whether it moved.
     """
     current = evaluate(position)
     moved = False
     for _ in range(max_steps):
-        direction, _ = _newton_direction(hessian, current[1])
-        if current[1] @ direction < tolerance:
+        direction, concave = _newton_direction(hessian, current[1])
+        if concave and current[1] @ direction < tolerance:
             break
         step = 1.0
         while step > 1e-6:
@@ -139,7 +170,9 @@ def _newton(evaluate, position, hessian, max_steps, tolerance):
         else:
             break
         position, current, moved = candidate, evaluated, True
-    return position, current, moved
+        if refresh is not None and (step < 1.0 or not concave):
+            hessian = refresh(position)
+    return position, current, hessian, moved
 
 
 def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | None = None):
@@ -180,7 +213,7 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
         config.adam_steps,
         config.adam_rate,
     )
-    hessian = _hessian(probe, position, rng, config.hessian_rows)
+    hessian = _hessian(probe, position, rng, config)
     if probe.n_rows > 4 * config.subsample_rows:
         rows = np.sort(rng.choice(probe.n_rows, config.subsample_rows, replace=False))
 
@@ -190,17 +223,44 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
             )
             return log_prior + log_likelihood, prior_gradient + likelihood_gradient, None
 
-        position, _, moved = _newton(
+        position, _, _, moved = _newton(
             on_subsample, position, hessian, config.newton_steps, config.newton_tolerance
         )
         if moved:
-            hessian = _hessian(probe, position, rng, config.hessian_rows)
-    position, (log_density, _, likelihood_gradient), moved = _newton(
-        probe.full, position, hessian, config.newton_steps, config.newton_tolerance
+            hessian = _hessian(probe, position, rng, config)
+
+    def refresh(point):
+        return _hessian(probe, point, rng, config)
+
+    position, (log_density, _, likelihood_gradient), hessian, moved = _newton(
+        probe.full, position, hessian, config.newton_steps, config.newton_tolerance, refresh
     )
     if moved:
-        hessian = _hessian(probe, position, rng, config.hessian_rows)
+        hessian = _hessian(probe, position, rng, config)
     return position, log_density, likelihood_gradient, hessian
+
+
+def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Centre, config):
+    """Return each estimator's gradient-noise covariance, averaged over ``points``.
+
+    At each point, ``config.noise_batches`` minibatches drawn with
+    replacement give independent gradient estimates whose sample covariance
+    is the noise covariance there.
+    """
+    stream = IndexStream(probe.n_rows, batch_size, replace=True)
+    centre_inputs = centre.inputs()
+    size = len(points[0])
+    result = {}
+    for name in estimators:
+        covariance = np.zeros((size, size))
+        for point in points:
+            gradients = [
+                probe.gradient(name, point, rows, centre_inputs)
+                for rows in stream.draw(rng, config.noise_batches)
+            ]
+            covariance += np.atleast_2d(np.cov(np.asarray(gradients), rowvar=False)) / len(points)
+        result[name] = covariance
+    return result
 
 
 def measure(
@@ -252,16 +312,7 @@ def measure(
         variance = 1.0 / np.where(diagonal > 0, diagonal, 1.0)
         factor = np.diag(np.sqrt(variance))
     points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
-    stream = IndexStream(probe.n_rows, batch_size, replace=True)
-    noise_covariance = {}
-    centre_inputs = centre.inputs()
-    for name in estimators:
-        covariance = np.zeros((mode.size, mode.size))
-        for point in points:
-            gradients = [
-                probe.gradient(name, point, rows, centre_inputs)
-                for rows in stream.draw(rng, config.noise_batches)
-            ]
-            covariance += np.atleast_2d(np.cov(np.asarray(gradients), rowvar=False)) / len(points)
-        noise_covariance[name] = covariance
-    return Measurements(mode, centre, hessian, log_concave, variance, factor, noise_covariance)
+    noise_covariance = measure_noise(probe, points, batch_size, rng, estimators, centre, config)
+    return Measurements(
+        mode, centre, hessian, log_concave, variance, factor, noise_covariance, batch_size
+    )

@@ -1,16 +1,19 @@
 r"""From measurements and the sampler's own hyperparameters to a chain's settings.
 
-Near a mode, in coordinates scaled by the preconditioner, the posterior is
-approximately Gaussian with curvatures between :math:`a_{\min}` and
-:math:`a_{\max}`, and the gradient estimate carries noise of variance at most
-:math:`v`. Every sampler declares its exact stationary variance on such a
-target (:meth:`~pymc_sgmcmc.dynamics.Dynamics.gaussian_model`), for the mass,
+Near a mode, in the coordinates of a metric (:mod:`pymc_sgmcmc.metric`) or
+scaled by a diagonal preconditioner, the posterior is approximately Gaussian
+with curvatures between :math:`a_{\min}` and :math:`a_{\max}`, and the
+gradient estimate carries noise of variance at most :math:`v`. Every sampler
+declares its exact stationary variance on such a target
+(:meth:`~pymc_sgmcmc.dynamics.Dynamics.gaussian_model`), for the mass,
 friction and other hyperparameters it will actually run with. At
 temperature :math:`\tau` the target is :math:`N(0, \tau / a)` and the noise
 weighs as :math:`v / \tau`. The tuner picks the largest step size whose
 predicted variance inflation stays within the bias budget at every curvature
-of the range, the gradient estimator with the shorter relaxation time per
-unit of work, and about one relaxation time of inner steps per draw.
+of the range, the metric and gradient estimator with the shortest
+relaxation time per unit of work (the work of an inner step counts the
+metric's multiply-adds against the gradient's, about ``2 B D``), and about
+one relaxation time of inner steps per draw.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.metric import IdentityMetric, Metric, metric_from_covariance
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.measure import Measurements
@@ -36,7 +40,8 @@ class UserChoices:
     step_size : schedule or None
         The step size or schedule.
     preconditioner : ndarray or None
-        The diagonal preconditioner; ``None`` takes the measured posterior scale.
+        A diagonal preconditioner the dynamics scale by, with no metric;
+        ``None`` lets the tuner choose a metric.
     estimators : tuple of str
         The gradient estimators allowed.
     steps_per_draw : int or None
@@ -45,6 +50,9 @@ class UserChoices:
         Temperature of the target.
     bias_budget : float
         Largest predicted relative inflation of the posterior variance.
+    metric : {"auto", "diagonal", "dense", "low_rank"}
+        The metric built from the measured posterior covariance when
+        ``preconditioner`` is None; "auto" chooses by predicted cost.
     """
 
     step_size: object
@@ -53,6 +61,7 @@ class UserChoices:
     steps_per_draw: int | None
     temperature: float
     bias_budget: float
+    metric: str = "auto"
 
 
 @dataclass
@@ -66,7 +75,8 @@ class ChainSettings:
     step_size : schedule
         Step size of every inner step.
     preconditioner : ndarray
-        Diagonal preconditioner ``P``.
+        Diagonal preconditioner ``P`` of the dynamics (ones where a metric
+        whitens the coordinates).
     steps_per_draw : int
         Inner steps per recorded draw.
     inputs : dict of str to ndarray
@@ -79,6 +89,11 @@ class ChainSettings:
         nothing was measured or the step size follows a schedule).
     warnings : list of str
         What the user should know about these settings.
+    metric : Metric
+        The coordinates the dynamics run in.
+    relaxation : float
+        Predicted inner steps over which the slowest mode decays by e (NaN
+        when nothing was measured).
     """
 
     estimator: str
@@ -89,6 +104,8 @@ class ChainSettings:
     gradient_noise: float = np.nan
     predicted_inflation: float = np.nan
     warnings: list = field(default_factory=list)
+    metric: Metric = field(default_factory=IdentityMetric)
+    relaxation: float = np.nan
 
 
 def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> ChainSettings:
@@ -146,16 +163,18 @@ def choose_settings(
     ChainSettings
     """
     config = config or TuningConfig()
-    preconditioner = (
-        measurements.laplace_variance if choices.preconditioner is None else choices.preconditioner
-    )
-    smallest, largest = measurements.curvatures(preconditioner)
-    curvatures = np.geomspace(smallest, largest, config.curvature_grid)
-    model = dynamics.gaussian_model((smallest, largest), preconditioner, config)
-    if model is None:
+    size = measurements.mode.size
+    options = []
+    for metric, preconditioner in _candidate_metrics(dynamics, measurements, choices, config):
+        factor = metric.factor(size) * np.sqrt(preconditioner)[None, :]
+        smallest, largest = measurements.curvatures(factor)
+        model = dynamics.gaussian_model((smallest, largest), preconditioner, config)
+        options.append((metric, preconditioner, factor, (smallest, largest), model))
+    if options[0][-1] is None:
         if choices.step_size is None:
             raise ValueError(f"{sampler_name} has no step-size rule: give step_size.")
-        # No tuning rule: the user's step size, the first estimator allowed.
+        # No tuning rule: the user's step size, the first metric and estimator allowed.
+        metric, preconditioner, factor, _, _ = options[0]
         estimator = choices.estimators[0]
         return ChainSettings(
             estimator,
@@ -163,7 +182,8 @@ def choose_settings(
             preconditioner,
             choices.steps_per_draw or 1,
             dynamics.chain_inputs(preconditioner, choices.temperature, {}),
-            measurements.noise(estimator, preconditioner),
+            measurements.noise(estimator, factor),
+            metric=metric,
         )
     warnings = []
     temperature = choices.temperature
@@ -177,14 +197,31 @@ def choose_settings(
     constant = given.value if isinstance(given, ConstantStepSize) else None
 
     candidates = []
-    for estimator in choices.estimators:
-        noise = measurements.noise(estimator, preconditioner)
-        tuned = _largest_step_size(model, curvatures, noise / temperature, choices.bias_budget)
-        step_size = constant or tuned
-        relaxation = max(model.relaxation(step_size, a) for a in curvatures)
-        cost = relaxation * config.estimator_cost[estimator]
-        candidates.append((cost, estimator, noise, step_size, relaxation))
-    _, estimator, noise, step_size, relaxation = min(candidates, key=lambda c: c[0])
+    gradient_work = 2.0 * measurements.batch_size * size
+    for metric, preconditioner, factor, (smallest, largest), model in options:
+        curvatures = np.geomspace(smallest, largest, config.curvature_grid)
+        metric_cost = 1.0 + metric.extra_work(size) / gradient_work
+        for estimator in choices.estimators:
+            noise = measurements.noise(estimator, factor)
+            tuned = _largest_step_size(model, curvatures, noise / temperature, choices.bias_budget)
+            step_size = constant or tuned
+            relaxation = max(model.relaxation(step_size, a) for a in curvatures)
+            cost = relaxation * config.estimator_cost[estimator] * metric_cost
+            candidates.append(
+                (
+                    cost,
+                    estimator,
+                    noise,
+                    step_size,
+                    relaxation,
+                    metric,
+                    preconditioner,
+                    model,
+                    curvatures,
+                )
+            )
+    best = min(candidates, key=lambda c: c[0])
+    _, estimator, noise, step_size, relaxation, metric, preconditioner, model, curvatures = best
 
     if given is None:
         schedule = ConstantStepSize(step_size)
@@ -227,4 +264,40 @@ def choose_settings(
         noise,
         float(inflation),
         warnings,
+        metric,
+        float(relaxation),
     )
+
+
+def _candidate_metrics(dynamics, measurements, choices, config):
+    """Return the (metric, diagonal preconditioner) pairs the tuner chooses among.
+
+    A given preconditioner, or dynamics whose options are in the model's
+    coordinates (e.g. a given mass), run without a metric. Otherwise the
+    metrics are built from the Laplace covariance at the mode: the diagonal
+    one always, the dense one up to ``config.dense_size`` coordinates, the
+    low-rank one beyond, and only the diagonal one where the Hessian is not
+    negative definite.
+    """
+    size = measurements.mode.size
+    if choices.preconditioner is not None:
+        return [(IdentityMetric(), choices.preconditioner)]
+    if not dynamics.accepts_metric():
+        return [(IdentityMetric(), measurements.laplace_variance)]
+    covariance = measurements.laplace_factor @ measurements.laplace_factor.T
+    if choices.metric != "auto":
+        kinds = [choices.metric]
+    elif not measurements.log_concave:
+        kinds = ["diagonal"]
+    else:
+        kinds = ["diagonal", "dense" if size <= config.dense_size else "low_rank"]
+    ones = np.ones(size)
+    return [
+        (
+            metric_from_covariance(
+                kind, measurements.mode, covariance, config.low_rank, config.low_rank_spread
+            ),
+            ones,
+        )
+        for kind in kinds
+    ]

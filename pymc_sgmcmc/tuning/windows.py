@@ -1,0 +1,146 @@
+r"""Adaptation from the tune phase's draws: check the Laplace picture where the chain goes.
+
+A chain's first settings come from the mode: the Laplace covariance and the
+gradient noise at draws of the Laplace approximation. Skewed, heavy-tailed
+and funnel-like posteriors spread differently from that picture. During
+``tune`` the chain therefore collects its draws in windows (as Stan and PyMC
+adapt NUTS's mass matrix) and, at the end of each, compares their covariance
+with the metric's. In the metric's coordinates the draws' covariance
+:math:`W` should be the identity; with :math:`n` roughly independent draws in
+:math:`D` dimensions, sampling error alone spreads its eigenvalues over the
+Marchenko-Pastur band :math:`[(1 - \sqrt{D/n})^2, (1 + \sqrt{D/n})^2]`.
+Eigenvalues outside the band, widened by a margin, are real disagreement:
+the metric keeps those directions at the variances the draws show and the
+others at the Laplace picture (a spiked-covariance estimate, which a few
+hundred draws support where a full sample covariance would not), the
+gradient noise is measured again at the window's draws, and the tuner
+chooses new settings. A window whose draws are worth fewer than ``2 D``
+independent ones (a chain that relaxes more slowly than it draws) cannot
+tell disagreement from autocorrelation and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pymc_sgmcmc.estimators import Probe
+from pymc_sgmcmc.metric import Metric
+from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.measure import Measurements, measure_noise
+
+__all__ = ["WindowCheck", "check_window", "independent_draws", "refine"]
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """How a window's draws compare with the metric.
+
+    Attributes
+    ----------
+    eigenvalues : ndarray
+        Eigenvalues of the draws' covariance in the metric's coordinates.
+    eigenvectors : ndarray
+        Its eigenvectors (columns).
+    band : (float, float)
+        The eigenvalues sampling error alone explains.
+    """
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    band: tuple[float, float]
+
+    @property
+    def outside(self) -> np.ndarray:
+        """Whether each eigenvalue lies outside the band."""
+        low, high = self.band
+        return (self.eigenvalues < low) | (self.eigenvalues > high)
+
+    @property
+    def disagrees(self) -> bool:
+        """Whether any direction's variance differs from the metric's beyond sampling error."""
+        return bool(np.any(self.outside))
+
+    @property
+    def worst_ratio(self) -> float:
+        """The variance ratio (draws / metric) farthest from 1, as a ratio >= 1 or <= 1."""
+        index = np.argmax(np.abs(np.log(self.eigenvalues)))
+        return float(self.eigenvalues[index])
+
+
+def independent_draws(n_draws: int, steps_per_draw: int, relaxation: float) -> float:
+    """Return roughly how many independent draws ``n_draws`` draws are worth.
+
+    Draws one relaxation time apart count as half an independent draw each,
+    closer ones proportionally less.
+    """
+    if not np.isfinite(relaxation) or relaxation <= 0:
+        return 0.0
+    return 0.5 * n_draws * min(1.0, steps_per_draw / relaxation)
+
+
+def check_window(
+    draws: np.ndarray,
+    metric: Metric,
+    independent: float,
+    config: TuningConfig,
+    temperature: float = 1.0,
+) -> WindowCheck:
+    """Compare the covariance of ``draws`` (n x D, in the model's coordinates) with ``metric``.
+
+    ``independent`` is the number of independent draws they are worth
+    (:func:`independent_draws`); it sets the width of the sampling-error band.
+    Draws at temperature ``tau`` spread ``tau`` times the posterior variance,
+    so their covariance is divided by it.
+    """
+    coordinates = np.array([metric.to_coordinates(draw) for draw in draws])
+    size = coordinates.shape[1]
+    covariance = np.atleast_2d(np.cov(coordinates, rowvar=False)) / temperature
+    eigenvalues, eigenvectors = np.linalg.eigh(covariance)
+    eigenvalues = np.maximum(eigenvalues, 1e-12)
+    ratio = np.sqrt(size / independent)
+    low = max((1.0 - ratio) ** 2, 0.0) / config.window_margin
+    high = (1.0 + ratio) ** 2 * config.window_margin
+    return WindowCheck(eigenvalues, eigenvectors, (low, high))
+
+
+def refine(
+    measurements: Measurements,
+    check: WindowCheck,
+    metric: Metric,
+    draws: np.ndarray,
+    probe: Probe,
+    rng: np.random.Generator,
+    estimators,
+    config: TuningConfig,
+) -> Measurements:
+    """Return the measurements with the window's covariance and noise in place of the mode's.
+
+    The covariance keeps the metric's picture except along the directions
+    where the draws disagree with it beyond sampling error; the gradient noise
+    is measured at up to ``config.noise_points`` of the window's draws.
+    """
+    size = measurements.mode.size
+    factor = metric.factor(size)
+    variances = np.where(check.outside, check.eigenvalues, 1.0)
+    whitened = (check.eigenvectors * variances) @ check.eigenvectors.T
+    covariance = factor @ whitened @ factor.T
+    covariance = 0.5 * (covariance + covariance.T)
+    chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
+    noise = measure_noise(
+        probe,
+        draws[chosen],
+        measurements.batch_size,
+        rng,
+        estimators,
+        measurements.centre,
+        config,
+    )
+    return replace(
+        measurements,
+        laplace_variance=np.diag(covariance).copy(),
+        laplace_factor=np.linalg.cholesky(covariance),
+        noise_covariance=noise,
+        draw_covariance=covariance,
+    )
