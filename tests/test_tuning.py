@@ -181,3 +181,36 @@ def test_control_variates_win_when_their_noise_is_small():
 def test_zero_temperature_is_called_optimisation():
     settings = choose_settings(Langevin(), gaussian_measurements(1.0), choices(temperature=0.0))
     assert any("optimisation" in message for message in settings.warnings)
+
+
+def sampled_noise_measurements(size, n_samples, seed=0):
+    """Measurements whose minibatch noise is N(0, I) in ``size`` dimensions, from samples."""
+    rng = np.random.default_rng(seed)
+    halves = np.array(
+        [np.cov(rng.standard_normal((n_samples // 2, size)), rowvar=False) for _ in range(2)]
+    )
+    identity = np.eye(size)
+    return Measurements(
+        mode=np.zeros(size),
+        centre=None,
+        hessian=-identity,
+        log_concave=True,
+        laplace_variance=np.ones(size),
+        laplace_factor=identity,
+        noise_covariance={"minibatch": halves.mean(axis=0)},
+        noise_halves={"minibatch": halves},
+        noise_samples=n_samples,
+    )
+
+
+def test_noise_estimate_stays_sound_when_dimensions_exceed_samples():
+    """D = 200 from 256 samples: the sample covariance's top eigenvalue overstates a noise of 1
+    about 3x (Marchenko-Pastur); the split-sample estimate does not."""
+    measurements = sampled_noise_measurements(200, 256)
+    overstated = np.linalg.eigvalsh(measurements.noise_covariance["minibatch"]).max()
+    assert overstated > 2.5
+    assert 0.9 < measurements.noise("minibatch", np.ones(200)) < 1.5
+    # With few dimensions the sample covariance is used as it is.
+    small = sampled_noise_measurements(4, 256)
+    expected = np.linalg.eigvalsh(small.noise_covariance["minibatch"]).max()
+    assert small.noise("minibatch", np.ones(4)) == expected

@@ -27,6 +27,8 @@ class TuningConfig:
         Rows of the minibatch on which the Hessian is estimated.
     hessian_full_work : int
         Largest N times D for which the Hessian is estimated on all rows.
+    hessian_rows_per_coordinate : int
+        Fewest rows per coordinate the Hessian's minibatch holds.
     subsample_rows : int
         Rows of the subsample Newton stage (run when N exceeds four times it).
     newton_steps : int
@@ -72,6 +74,7 @@ class TuningConfig:
     adam_rate: float = 0.05
     hessian_rows: int = 4096
     hessian_full_work: int = 2_000_000
+    hessian_rows_per_coordinate: int = 32
     subsample_rows: int = 50_000
     newton_steps: int = 20
     newton_tolerance: float = 1e-4

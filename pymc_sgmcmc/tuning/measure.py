@@ -53,6 +53,11 @@ class Measurements:
     draw_covariance : ndarray or None
         The covariance estimated from tune draws, once a window has replaced
         the Laplace picture (see :mod:`pymc_sgmcmc.tuning.windows`).
+    noise_halves : dict of str to ndarray or None
+        Per estimator, the noise covariance from each half of the gradient
+        samples (2 x D x D).
+    noise_samples : int
+        Gradient samples behind each noise covariance.
     """
 
     mode: np.ndarray
@@ -64,6 +69,8 @@ class Measurements:
     noise_covariance: dict
     batch_size: int = 100
     draw_covariance: np.ndarray | None = None
+    noise_halves: dict | None = None
+    noise_samples: int = 0
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.
@@ -85,10 +92,28 @@ class Measurements:
         return float(positive.min()), float(values.max())
 
     def noise(self, estimator: str, factor) -> float:
-        """Return the largest noise variance of ``estimator`` in the coordinates of ``factor``."""
+        """Return the largest noise variance of ``estimator`` in the coordinates of ``factor``.
+
+        With ``n`` gradient samples in ``D`` dimensions the largest eigenvalue
+        of a sample covariance overstates the true one by up to
+        ``(1 + sqrt(D / n))^2``, the Marchenko-Pastur edge. Where D exceeds
+        ``n / 16`` (an overstatement above 1.5x) the directions of largest
+        noise are found on one half of the samples and their variance measured
+        on the other (and the other way round), which is unbiased for the
+        directions found; the largest diagonal entry bounds it from below.
+        """
         factor = _as_factor(factor)
         covariance = factor.T @ self.noise_covariance[estimator] @ factor
-        return float(np.linalg.eigvalsh(covariance).max())
+        halves = None if self.noise_halves is None else self.noise_halves.get(estimator)
+        if halves is None or 16 * covariance.shape[0] <= self.noise_samples:
+            return float(np.linalg.eigvalsh(covariance).max())
+        first, second = (factor.T @ half @ factor for half in halves)
+        largest = float(np.max(np.diag(covariance)))
+        for find, check in ((first, second), (second, first)):
+            _, vectors = np.linalg.eigh(find)
+            top = vectors[:, -5:]
+            largest = max(largest, float(np.max(np.einsum("ij,ik,kj->j", top, check, top))))
+        return largest
 
 
 def _as_factor(factor) -> np.ndarray:
@@ -117,12 +142,14 @@ def _hessian(probe: Probe, position, rng, config: TuningConfig):
 
     All rows are used while their number times D stays within
     ``config.hessian_full_work`` (a subsample would miss the rows of small
-    groups); otherwise ``config.hessian_rows`` rows drawn at random. A first
+    groups); otherwise ``config.hessian_rows`` rows drawn at random, or
+    ``config.hessian_rows_per_coordinate`` per coordinate if that is more (a
+    model with a parameter per group needs rows of every group). A first
     pass with unit-scale differencing steps gives the curvature of each
     coordinate; the second uses steps of 1e-3 of the implied sd.
     """
     n_rows = probe.n_rows
-    rows = config.hessian_rows
+    rows = max(config.hessian_rows, config.hessian_rows_per_coordinate * position.size)
     if n_rows * position.size <= config.hessian_full_work:
         rows = n_rows
     indices = np.arange(n_rows) if n_rows <= rows else rng.choice(n_rows, rows, replace=False)
@@ -244,22 +271,28 @@ def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Cen
     """Return each estimator's gradient-noise covariance, averaged over ``points``.
 
     At each point, ``config.noise_batches`` minibatches drawn with
-    replacement give independent gradient estimates whose sample covariance
-    is the noise covariance there.
+    replacement give independent gradient estimates; the sample covariance of
+    each half of them is the noise covariance there. Returns, per estimator,
+    the two halves' covariances averaged over the points (see
+    :meth:`Measurements.noise` for why two).
     """
     stream = IndexStream(probe.n_rows, batch_size, replace=True)
     centre_inputs = centre.inputs()
     size = len(points[0])
+    half = config.noise_batches // 2
     result = {}
     for name in estimators:
-        covariance = np.zeros((size, size))
+        halves = np.zeros((2, size, size))
         for point in points:
-            gradients = [
-                probe.gradient(name, point, rows, centre_inputs)
-                for rows in stream.draw(rng, config.noise_batches)
-            ]
-            covariance += np.atleast_2d(np.cov(np.asarray(gradients), rowvar=False)) / len(points)
-        result[name] = covariance
+            gradients = np.asarray(
+                [
+                    probe.gradient(name, point, rows, centre_inputs)
+                    for rows in stream.draw(rng, 2 * half)
+                ]
+            )
+            for index, part in enumerate((gradients[:half], gradients[half:])):
+                halves[index] += np.atleast_2d(np.cov(part, rowvar=False)) / len(points)
+        result[name] = halves
     return result
 
 
@@ -312,7 +345,16 @@ def measure(
         variance = 1.0 / np.where(diagonal > 0, diagonal, 1.0)
         factor = np.diag(np.sqrt(variance))
     points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
-    noise_covariance = measure_noise(probe, points, batch_size, rng, estimators, centre, config)
+    halves = measure_noise(probe, points, batch_size, rng, estimators, centre, config)
     return Measurements(
-        mode, centre, hessian, log_concave, variance, factor, noise_covariance, batch_size
+        mode,
+        centre,
+        hessian,
+        log_concave,
+        variance,
+        factor,
+        {name: pair.mean(axis=0) for name, pair in halves.items()},
+        batch_size,
+        noise_halves=halves,
+        noise_samples=len(points) * 2 * (config.noise_batches // 2),
     )

@@ -128,7 +128,7 @@ def refine(
     covariance = factor @ whitened @ factor.T
     covariance = 0.5 * (covariance + covariance.T)
     chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
-    noise = measure_noise(
+    halves = measure_noise(
         probe,
         draws[chosen],
         measurements.batch_size,
@@ -141,6 +141,8 @@ def refine(
         measurements,
         laplace_variance=np.diag(covariance).copy(),
         laplace_factor=np.linalg.cholesky(covariance),
-        noise_covariance=noise,
+        noise_covariance={name: pair.mean(axis=0) for name, pair in halves.items()},
+        noise_halves=halves,
+        noise_samples=len(chosen) * 2 * (config.noise_batches // 2),
         draw_covariance=covariance,
     )
