@@ -28,9 +28,10 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from pymc_sgmcmc.panel import PanelModel
+from pymc_sgmcmc.panel import PanelModel, nuts_reference
 
 __all__ = [
+    "many_groups_reference",
     "many_groups_regression",
     "poisson_regression",
     "polynomial_regression",
@@ -198,7 +199,8 @@ def poisson_regression(n_rows=5000, seed=0) -> PanelModel:
     20-level factor in treatment coding: level 0 holds half the rows and the
     other levels' shares fall geometrically (by a factor 0.75 each), so at
     N = 5,000 the rarest levels have a few rows and a handful of events or
-    none, and their effects' posteriors are skewed. The N(0, 1) prior of the
+    none, and their effects' posteriors are skewed (skewness down to about
+    -0.4 at N = 5,000, from NUTS). The N(0, 1) prior of the
     effects keeps the posterior proper for levels without events. The level
     of each row is a ``pm.Data`` index. D = 22.
 
@@ -291,13 +293,71 @@ def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0) -> PanelModel:
     return PanelModel(f"{label} N={n_rows} G={n_groups}", model, n_rows, truth=truth, key=key)
 
 
+def _many_groups_data(n_rows, n_groups, seed):
+    rng = np.random.default_rng(seed)
+    group = rng.integers(n_groups, size=n_rows)
+    true_intercept = 1.0 + 0.5 * rng.normal(size=n_groups)
+    x = rng.normal(size=n_rows)
+    y = true_intercept[group] + 0.7 * x + 0.8 * rng.normal(size=n_rows)
+    return group, x, y, true_intercept
+
+
+def many_groups_reference(panel: PanelModel) -> PanelModel:
+    """Attach a NUTS reference to :func:`many_groups_regression` from its sufficient statistics.
+
+    Given the group intercepts, ``beta`` and ``sigma``, the likelihood of the
+    rows depends on the data only through per-group counts and sums of
+    ``y``, ``x``, ``x^2``, ``x y`` and ``y^2``. The same posterior written with
+    them (a ``pm.Potential``) costs O(groups) per gradient instead of O(N),
+    so a long NUTS run (4 chains x 5,000 draws, R-hat <= 1.01, cached like
+    every reference) takes about 35 s where the row-by-row model takes 12
+    minutes per chain. The two log densities agree up to a constant, and a
+    NUTS run of 2 chains x 1,000 draws on the row-by-row model at N = 10^6
+    agreed with this reference within its Monte Carlo error (means within
+    0.055 sd, sd ratios 0.92 to 1.11).
+    """
+    key = panel.key
+    group, x, y, _ = _many_groups_data(key["n_rows"], key["n_groups"], key["seed"])
+    count = np.bincount(group, minlength=key["n_groups"]).astype(float)
+    sums = {
+        name: np.bincount(group, weights=values, minlength=key["n_groups"])
+        for name, values in {"y": y, "x": x, "xx": x * x, "xy": x * y, "yy": y * y}.items()
+    }
+    with pm.Model(coords={"group": np.arange(key["n_groups"])}) as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        intercept = pm.Normal("intercept", mu, tau, dims="group")
+        beta = pm.Normal("beta", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        squares = (
+            sums["yy"]
+            - 2 * intercept * sums["y"]
+            - 2 * beta * sums["xy"]
+            + count * intercept**2
+            + 2 * intercept * beta * sums["x"]
+            + beta**2 * sums["xx"]
+        )
+        pm.Potential(
+            "likelihood", -key["n_rows"] * pm.math.log(sigma) - squares.sum() / (2 * sigma**2)
+        )
+    collapsed = PanelModel(
+        panel.name, model, 0, key={**key, "model": "many_groups_sufficient_statistics"}
+    )
+    nuts_reference(collapsed, draws=5000, chains=4)
+    panel.means, panel.sds = collapsed.means, collapsed.sds
+    panel.mean_se, panel.sd_se = collapsed.mean_se, collapsed.sd_se
+    return panel
+
+
 def many_groups_regression(n_rows=1_000_000, n_groups=1000, seed=0) -> PanelModel:
     """Hierarchical linear regression with many groups: D = n_groups + 4.
 
     ``y_i ~ N(intercept[g_i] + beta x_i, sigma)``, ``intercept_g ~ N(mu, tau)``
     (centred, as suits groups of about ``n_rows / n_groups`` rows each), with
     groups of equal expected size given as a ``pm.Data`` index. With the
-    defaults, 1,000 groups of about 1,000 rows each.
+    defaults, 1,000 groups of about 1,000 rows each; NUTS takes about 12
+    minutes per chain of 1,000 tuning steps and 1,000 draws (15 leapfrog steps
+    per draw at 17 ms per full-data gradient).
 
     Parameters
     ----------
@@ -308,11 +368,7 @@ def many_groups_regression(n_rows=1_000_000, n_groups=1000, seed=0) -> PanelMode
     seed : int, default 0
         Seed of the simulated data.
     """
-    rng = np.random.default_rng(seed)
-    group = rng.integers(n_groups, size=n_rows)
-    true_intercept = 1.0 + 0.5 * rng.normal(size=n_groups)
-    x = rng.normal(size=n_rows)
-    y = true_intercept[group] + 0.7 * x + 0.8 * rng.normal(size=n_rows)
+    group, x, y, true_intercept = _many_groups_data(n_rows, n_groups, seed)
     with pm.Model(coords={"group": np.arange(n_groups)}) as model:
         group_index = pm.Data("group_index", group)
         mu = pm.Normal("mu", 0.0, 5.0)

@@ -14,7 +14,8 @@ like real analyses (:mod:`pymc_sgmcmc.real_posteriors`): a cubic polynomial
 regression of collinear covariates (posterior correlation condition number
 above 10^4, exact posterior), a Student-t regression (heavy tails), a
 Poisson regression with rare categories (skew) and a radon-like hierarchical
-model with unbalanced groups, written centred and non-centred.
+model with unbalanced groups, written centred and non-centred, and a
+hierarchical regression with 1,000 groups on a million rows.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pymc_sgmcmc.panel import (
     nuts_reference,
 )
 from pymc_sgmcmc.real_posteriors import (
+    many_groups_reference,
+    many_groups_regression,
     poisson_regression,
     polynomial_regression,
     radon_like,
@@ -58,6 +61,7 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     "poisson": lambda: nuts_reference(poisson_regression()),
     "radon-centred": lambda: nuts_reference(radon_like(centred=True)),
     "radon-non-centred": lambda: nuts_reference(radon_like(centred=False)),
+    "many-groups": lambda: many_groups_reference(many_groups_regression()),
 }
 HEADER = (
     "| model | N | sampler | max abs mean error / sd | worst sd ratio | "
