@@ -3,7 +3,9 @@
 ``python -m pymc_sgmcmc.benchmark.kernels`` builds the benchmark's logistic
 regression (B = 100, D = 10) at each N, compiles SGHMC's kernels on each
 PyTensor backend, and prints microseconds per inner step next to the cost of
-one call of the compiled minibatch gradient on the same backend.
+one call of the compiled minibatch gradient on the same backend. With
+``--metrics`` it prints instead the cost of one control-variate step in each
+kind of metric (:mod:`pymc_sgmcmc.metric`) on the Numba backend.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import pymc as pm
 from pymc_sgmcmc import SGHMC
 from pymc_sgmcmc.estimators import Centre
 from pymc_sgmcmc.kernel import as_state
+from pymc_sgmcmc.metric import METRICS, metric_from_covariance
 from pymc_sgmcmc.panel import logistic_regression
 
-__all__ = ["measure_kernels"]
+__all__ = ["measure_kernels", "measure_metrics"]
 
 BACKENDS = {"numba": "NUMBA", "c": "FAST_RUN"}
 
@@ -93,14 +96,57 @@ def measure_kernels(grid=(1_000, 1_000_000), backends=("numba", "c"), steps=100,
     return rows
 
 
+def measure_metrics(n_rows=100_000, steps=100, seed=0):
+    """Return the cost of one control-variate SGHMC step in each kind of metric (microseconds).
+
+    The metrics are built from a covariance with correlated pairs of
+    coordinates, so the low-rank metric keeps two directions.
+    """
+    rng = np.random.default_rng(seed)
+    panel = logistic_regression(n_rows)
+    with panel.model:
+        step = SGHMC()
+    size = 10
+    covariance = np.eye(size)
+    covariance[0, 1] = covariance[1, 0] = covariance[2, 3] = covariance[3, 2] = 0.9
+    dynamics = step.dynamics
+    inputs = dynamics.chain_inputs(np.ones(size), 1.0, {"critical_friction": 2.0})
+    state = as_state(dynamics.initial_state(np.zeros(size), inputs, rng))
+    indices = rng.integers(n_rows, size=(steps, 100))
+    noise = rng.standard_normal((steps, dynamics.noise_vectors, size))
+    centre = Centre(np.zeros(size), np.zeros(size))
+    costs = {}
+    for kind in METRICS:
+        metric_inputs = {}
+        if kind != "identity":
+            metric = metric_from_covariance(kind, np.zeros(size), covariance, rank=2)
+            metric_inputs = metric.inputs()
+        kernel = step.compiled.kernel(type(dynamics), "control_variate", kind)
+        values = kernel.prepare({**inputs, **centre.inputs(), **metric_inputs}, size)
+        arguments = (state, indices, noise, {"step_size": np.full(steps, 1e-4)}, values)
+        costs[kind] = 1e6 * _per_call(kernel, arguments, 200) / steps
+        print(
+            f"N={n_rows:,}, D={size}, B=100: control-variate step in the {kind} metric "
+            f"{costs[kind]:6.1f} us ({costs[kind] / costs['identity']:.2f}x identity)",
+            flush=True,
+        )
+    return costs
+
+
 def main(argv=None) -> None:
     """Parse the arguments and print the table."""
     parser = argparse.ArgumentParser(prog="python -m pymc_sgmcmc.benchmark.kernels")
     parser.add_argument("--grid", type=int, nargs="+", default=[1_000, 100_000, 10_000_000])
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     parser.add_argument("--steps", type=int, default=100, help="inner steps per call (K)")
+    parser.add_argument(
+        "--metrics", action="store_true", help="cost of a step in each kind of metric instead"
+    )
     arguments = parser.parse_args(argv)
-    measure_kernels(arguments.grid, arguments.backends, arguments.steps)
+    if arguments.metrics:
+        measure_metrics(steps=arguments.steps)
+    else:
+        measure_kernels(arguments.grid, arguments.backends, arguments.steps)
 
 
 if __name__ == "__main__":
