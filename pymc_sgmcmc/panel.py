@@ -27,6 +27,7 @@ __all__ = [
     "hierarchical_regression",
     "laplace_reference",
     "logistic_regression",
+    "normal_inverse_gamma_posterior",
     "normal_inverse_gamma_regression",
     "nuts_reference",
 ]
@@ -70,6 +71,25 @@ class PanelModel:
     sd_se: dict[str, np.ndarray] | None = None
 
 
+def normal_inverse_gamma_posterior(design, y, prior_scale, prior_shape, prior_rate):
+    """Return the Normal-Inverse-Gamma posterior: ``m_n``, ``V_n``, ``a_n`` and ``b_n``.
+
+    ``beta | sigma2, y ~ N(m_n, sigma2 V_n)`` and ``sigma2 | y ~ IG(a_n, b_n)``.
+    The posterior precision is factorised by Cholesky and ``b_n`` is computed
+    from the residuals, which keeps them accurate for a nearly collinear
+    design.
+    """
+    precision = design.T @ design + np.eye(design.shape[1]) / prior_scale
+    factor = np.linalg.cholesky(precision)
+    inverse_factor = np.linalg.solve(factor, np.eye(design.shape[1]))
+    scale = inverse_factor.T @ inverse_factor
+    mean = scale @ (design.T @ y)
+    residual = y - design @ mean
+    shape = prior_shape + len(y) / 2
+    rate = prior_rate + 0.5 * (residual @ residual + mean @ mean / prior_scale)
+    return mean, scale, shape, rate
+
+
 def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> PanelModel:
     """Bayesian normal linear regression with a Normal-Inverse-Gamma prior (exact posterior).
 
@@ -97,11 +117,7 @@ def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> Pan
         beta = pm.Normal("beta", 0.0, pm.math.sqrt(prior_scale * sigma2), shape=2)
         pm.Normal("y", x @ beta, pm.math.sqrt(sigma2), observed=y, total_size=total_size)
 
-    posterior_precision = np.eye(2) / prior_scale + x.T @ x
-    posterior_scale = np.linalg.inv(posterior_precision)
-    mean = posterior_scale @ x.T @ y
-    shape = phi + n_rows / 2
-    rate = psi + 0.5 * (y @ y - mean @ posterior_precision @ mean)
+    mean, posterior_scale, shape, rate = normal_inverse_gamma_posterior(x, y, prior_scale, phi, psi)
     beta_covariance = posterior_scale * rate / (shape - 1)
     beta_sd = np.sqrt(np.diag(beta_covariance))
     sigma2_mean = rate / (shape - 1)

@@ -28,7 +28,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from pymc_sgmcmc.panel import PanelModel, nuts_reference
+from pymc_sgmcmc.panel import PanelModel, normal_inverse_gamma_posterior, nuts_reference
 
 __all__ = [
     "many_groups_reference",
@@ -68,25 +68,6 @@ def _polynomial_data(n_rows: int, seed: int):
     return design, y, true_beta
 
 
-def _normal_inverse_gamma_posterior(design, y, prior_scale, prior_shape, prior_rate):
-    """Return the Normal-Inverse-Gamma posterior: ``m_n``, ``V_n``, ``a_n`` and ``b_n``.
-
-    ``beta | sigma2, y ~ N(m_n, sigma2 V_n)`` and ``sigma2 | y ~ IG(a_n, b_n)``.
-    The posterior precision is factorised by Cholesky and ``b_n`` is computed
-    from the residuals, which keeps them accurate for a nearly collinear
-    design.
-    """
-    precision = design.T @ design + np.eye(design.shape[1]) / prior_scale
-    factor = np.linalg.cholesky(precision)
-    inverse_factor = np.linalg.solve(factor, np.eye(design.shape[1]))
-    scale = inverse_factor.T @ inverse_factor
-    mean = scale @ (design.T @ y)
-    residual = y - design @ mean
-    shape = prior_shape + len(y) / 2
-    rate = prior_rate + 0.5 * (residual @ residual + mean @ mean / prior_scale)
-    return mean, scale, shape, rate
-
-
 def posterior_correlation_condition(n_rows=5000, seed=0) -> float:
     """Condition number of the posterior correlation matrix of the polynomial regression's ``beta``.
 
@@ -101,7 +82,7 @@ def posterior_correlation_condition(n_rows=5000, seed=0) -> float:
         Seed of the simulated data.
     """
     design, y, _ = _polynomial_data(n_rows, seed)
-    _, scale, _, _ = _normal_inverse_gamma_posterior(
+    _, scale, _, _ = normal_inverse_gamma_posterior(
         design, y, _POLYNOMIAL_PRIOR_SCALE, _POLYNOMIAL_PRIOR_SHAPE, _POLYNOMIAL_PRIOR_RATE
     )
     sds = np.sqrt(np.diag(scale))
@@ -140,7 +121,7 @@ def polynomial_regression(n_rows=5000, seed=0) -> PanelModel:
         beta = pm.Normal("beta", 0.0, pm.math.sqrt(prior_scale * sigma2), shape=design.shape[1])
         pm.Normal("y", design @ beta, pm.math.sqrt(sigma2), observed=y)
 
-    mean, scale, shape, rate = _normal_inverse_gamma_posterior(
+    mean, scale, shape, rate = normal_inverse_gamma_posterior(
         design, y, prior_scale, prior_shape, prior_rate
     )
     beta_covariance = scale * rate / (shape - 1)

@@ -433,15 +433,20 @@ class StochasticGradientStep(ArrayStepShared):
             if start:
                 factor = measurements.laplace_factor
                 position = measurements.mode + factor @ self.rng.standard_normal(size)
+        self._start_from(position, chain.settings.warnings)
+        chain.readapt = False
+        return position
+
+    def _start_from(self, position: np.ndarray, messages) -> None:
+        """Start the sampler state at ``position`` with the chain settings; queue ``messages``."""
+        chain = self.chain
         settings = chain.settings
         coordinates = settings.metric.to_coordinates(position)
         chain.state = as_state(self.dynamics.initial_state(coordinates, settings.inputs, self.rng))
         self._prepare_kernel_inputs()
         chain.warnings.extend(
-            SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in settings.warnings
+            SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
         )
-        chain.readapt = False
-        return position
 
     def _uses_windows(self) -> bool:
         """Whether tune draws refine the settings: only a metric the tuner chose is checked.
@@ -491,20 +496,13 @@ class StochasticGradientStep(ArrayStepShared):
         chain.settings = choose_settings(
             self.dynamics, chain.measurements, self.choices, self.tuning, name
         )
-        coordinates = chain.settings.metric.to_coordinates(position)
-        chain.state = as_state(
-            self.dynamics.initial_state(coordinates, chain.settings.inputs, self.rng)
-        )
-        self._prepare_kernel_inputs()
         messages = [
             f"{name}: the tune draws' variance differs from the Laplace approximation at the "
             f"mode by a factor {check.worst_ratio:.2g} along one direction; the metric, noise "
             "and step size were measured again where the chain went.",
             *(m for m in chain.settings.warnings if m not in settings.warnings),
         ]
-        chain.warnings.extend(
-            SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
-        )
+        self._start_from(position, messages)
 
     def _steps_this_draw(self) -> int:
         """Inner steps of the next draw: one per tune draw once adaptation has settled.

@@ -13,7 +13,7 @@ preconditioned coordinates, and the variance of each gradient estimator.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 
-__all__ = ["Measurements", "find_mode", "measure", "measure_noise"]
+__all__ = ["Measurements", "find_mode", "measure", "measure_noise", "noise_fields"]
 
 _log = logging.getLogger("pymc")
 
@@ -66,7 +66,7 @@ class Measurements:
     log_concave: bool
     laplace_variance: np.ndarray
     laplace_factor: np.ndarray
-    noise_covariance: dict
+    noise_covariance: dict = field(default_factory=dict)
     batch_size: int = 100
     draw_covariance: np.ndarray | None = None
     noise_halves: dict | None = None
@@ -296,6 +296,15 @@ def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Cen
     return result
 
 
+def noise_fields(halves: dict, n_points: int, config: TuningConfig) -> dict:
+    """Return the :class:`Measurements` fields holding what :func:`measure_noise` returned."""
+    return {
+        "noise_covariance": {name: pair.mean(axis=0) for name, pair in halves.items()},
+        "noise_halves": halves,
+        "noise_samples": n_points * 2 * (config.noise_batches // 2),
+    }
+
+
 def measure(
     probe: Probe,
     batch_size,
@@ -353,8 +362,6 @@ def measure(
         log_concave,
         variance,
         factor,
-        {name: pair.mean(axis=0) for name, pair in halves.items()},
-        batch_size,
-        noise_halves=halves,
-        noise_samples=len(points) * 2 * (config.noise_batches // 2),
+        batch_size=batch_size,
+        **noise_fields(halves, len(points), config),
     )

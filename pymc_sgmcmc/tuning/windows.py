@@ -28,7 +28,7 @@ import numpy as np
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.metric import Metric
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.measure import Measurements, measure_noise
+from pymc_sgmcmc.tuning.measure import Measurements, measure_noise, noise_fields
 
 __all__ = ["WindowCheck", "check_window", "independent_draws", "refine"]
 
@@ -141,8 +141,6 @@ def refine(
         measurements,
         laplace_variance=np.diag(covariance).copy(),
         laplace_factor=np.linalg.cholesky(covariance),
-        noise_covariance={name: pair.mean(axis=0) for name, pair in halves.items()},
-        noise_halves=halves,
-        noise_samples=len(chosen) * 2 * (config.noise_batches // 2),
         draw_covariance=covariance,
+        **noise_fields(halves, len(chosen), config),
     )
