@@ -197,3 +197,27 @@ def test_chains_start_where_the_gradient_is_finite():
     result = run(SGHMC(batch_size=50, model=panel.model), panel.model, chains=2)
     assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
     assert not np.asarray(result.sample_stats["diverging"]).any()
+
+
+def test_tune_draws_after_the_windows_take_one_inner_step():
+    """Tune draws run at full length through both windows and the settling draws, then one step;
+    kept draws always run at full length."""
+    config = TuningConfig()
+    full_length = sum(config.windows) + config.settle_draws
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    with panel.model:
+        result = pm.sample(
+            step=SGLD(batch_size=50),
+            tune=full_length + 20,
+            draws=10,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            discard_tuned_samples=False,
+            compute_convergence_checks=False,
+        )
+    tuned = np.asarray(result.warmup_sample_stats["steps_per_draw"])[0]
+    kept = np.asarray(result.sample_stats["steps_per_draw"])[0]
+    assert tuned[:full_length].min() > 1
+    assert np.all(tuned[full_length:] == 1)
+    assert np.all(kept == tuned[0])
