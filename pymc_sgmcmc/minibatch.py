@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
-from pymc.data import MinibatchIndexRV, MinibatchOp
 from pymc.pytensorf import join_nonshared_inputs
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
@@ -35,11 +33,17 @@ from pytensor.tensor.basic import Alloc
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.shape import SpecifyShape
 
+from pymc_sgmcmc.rows import (
+    _SHAPE_MODE,
+    MinibatchError,
+    _leading_length,
+    check_batch_rows,
+    refuse_unmatched_rows,
+    refuse_unsupported,
+    rows_of_observed,
+)
+
 __all__ = ["MinibatchError", "MinibatchLogDensity", "build_minibatch_log_density"]
-
-
-class MinibatchError(ValueError):
-    """Raised when a model cannot be sampled from minibatches as written."""
 
 
 @dataclass(frozen=True)
@@ -91,22 +95,6 @@ class MinibatchLogDensity:
         return self.prior_gradient + self.likelihood_gradient
 
 
-#: Shape entries are scalar graphs evaluated once: compiling them for speed
-#: would cost far more than running them.
-_SHAPE_MODE = "FAST_COMPILE"
-
-
-def _leading_length(variable: Variable) -> int | None:
-    """Return the length of the first axis of a data variable, if it has one."""
-    if variable.type.ndim == 0:
-        return None
-    if isinstance(variable, Constant):
-        return int(np.shape(variable.data)[0])
-    if isinstance(variable, SharedVariable):
-        return int(np.shape(variable.get_value(borrow=True))[0])
-    return int(variable.shape[0].eval(mode=_SHAPE_MODE))
-
-
 def _constant_value(variable: Variable) -> int | None:
     """Return the value of a scalar shape entry that needs no value variable."""
     if isinstance(variable, Constant):
@@ -115,49 +103,6 @@ def _constant_value(variable: Variable) -> int | None:
     if all(isinstance(v, Constant | SharedVariable) for v in inputs):
         return int(variable.eval(mode=_SHAPE_MODE))
     return None
-
-
-def _rows_of_observed(model: pm.Model) -> int:
-    """Return the number of rows N shared by every observed variable."""
-    if not model.observed_RVs:
-        raise MinibatchError(
-            "The model has no observed variables, so there is no data to minibatch: "
-            "add `observed=` data or sample it with pm.sample() (NUTS)."
-        )
-    lengths = {}
-    for rv in model.observed_RVs:
-        value = model.rvs_to_values[rv]
-        length = _leading_length(value)
-        if length is None:
-            raise MinibatchError(
-                f"Observed variable '{rv.name}' is a scalar and has no rows to minibatch: "
-                "give its data a leading axis of observations."
-            )
-        lengths[rv.name] = length
-    if len(set(lengths.values())) > 1:
-        listing = ", ".join(f"'{name}' has {n}" for name, n in lengths.items())
-        raise MinibatchError(
-            f"Observed variables have different numbers of rows ({listing}); "
-            "minibatching needs one row index shared by all of them: "
-            "bring them to the same rows or sample the model with NUTS."
-        )
-    n_rows = next(iter(lengths.values()))
-    if n_rows < 2:
-        raise MinibatchError(f"The observed data has {n_rows} row; minibatching needs at least 2.")
-    return n_rows
-
-
-def _refuse_minibatch_ops(model: pm.Model) -> None:
-    """Refuse models that already draw random minibatches with ``pm.Minibatch``."""
-    graph = ancestors([model.rvs_to_values[rv] for rv in model.observed_RVs] + model.observed_RVs)
-    for variable in graph:
-        owner = variable.owner
-        if owner is not None and isinstance(owner.op, MinibatchIndexRV | MinibatchOp):
-            raise MinibatchError(
-                "The model uses pm.Minibatch, whose random indices make its log density "
-                "random; pass the full data (e.g. pm.Data) instead and let the step "
-                "method draw the minibatches."
-            )
 
 
 def _rebuild(outputs, replacements, n_rows, batch_length):
@@ -249,14 +194,16 @@ def build_minibatch_log_density(
         If the model has no observed rows to minibatch, observed variables of
         different lengths, per-row latent variables or ``pm.Minibatch`` data.
     """
-    n_rows = _rows_of_observed(model)
-    _refuse_minibatch_ops(model)
+    n_rows = rows_of_observed(model)
+    refuse_unsupported(model)
 
     point = model.initial_point()
     terms = model.logp(vars=model.observed_RVs, sum=False)
     indices = pt.vector("minibatch_indices", dtype="int64")
     batch_length = indices.shape[0]
     replacements = _data_replacements(terms, point, set(model.value_vars), n_rows, indices)
+    if not replacements:
+        refuse_unmatched_rows(terms, replacements, n_rows)
     batch_terms = _rebuild(terms, replacements, n_rows, batch_length)
 
     # N is read from the data, not written into the graph as a number, so the
@@ -273,7 +220,7 @@ def build_minibatch_log_density(
         already_scaled = isinstance(rv.owner.op, MinibatchRandomVariable)
         likelihood = likelihood + (term.sum() if already_scaled else scale * term.sum())
     prior = model.logp(vars=model.free_RVs + model.potentials)
-    _check_batch_rows(model, batch_terms, indices, point, n_rows)
+    check_batch_rows(model, terms, batch_terms, indices, point, n_rows, replacements)
     [prior, likelihood], position = join_nonshared_inputs(
         point, [prior, likelihood], value_variables, shared
     )
@@ -288,54 +235,3 @@ def build_minibatch_log_density(
         tuple((shared or {}).values()),
         tuple(gather.owner.inputs[0] for gather in replacements.values()),
     )
-
-
-def _check_batch_rows(model, batch_terms, indices, point, n_rows):
-    """Evaluate the minibatch terms and check they are one exchangeable term per row.
-
-    Each term must have one entry per batch row, and a row's term must not
-    change with the other rows of its batch: a lag or a statistic built from
-    the observed data (e.g. ``y[:-1]`` as a mean) would otherwise be computed
-    within the batch, silently.
-    """
-    terms = pytensor.function(
-        [indices, *model.value_vars], batch_terms, on_unused_input="ignore", mode=_SHAPE_MODE
-    )
-    values = [point[v.name] for v in model.value_vars]
-    probe = np.arange(2 if n_rows != 2 else 1, dtype="int64")
-    for rv, term in zip(model.observed_RVs, terms(probe, *values), strict=True):
-        shape = np.shape(term)
-        if len(shape) == 0 or shape[0] != len(probe):
-            raise MinibatchError(
-                f"The minibatch log likelihood of '{rv.name}' has shape {tuple(shape)} for "
-                f"{len(probe)} rows: some array of the likelihood is not indexed by row; "
-                "give data and covariates their observations on the first axis."
-            )
-    size = min(8, n_rows // 2)
-    if size < 2:
-        return
-    # Two batches of equal length (so terms PyMC scales by total_size / B
-    # compare too) that share their first rows, in another order and with
-    # other neighbours.
-    first = np.arange(size, dtype="int64")
-    shared = first[: size // 2]
-    second = np.concatenate([shared[::-1], np.arange(size, 2 * size - len(shared))])
-    # At the initial point parameters are often 0 (a lag coefficient, say),
-    # which can hide the dependence: move the continuous ones off it.
-    offsets = np.random.default_rng(0)
-    moved = [
-        value + offsets.uniform(-0.5, 0.5, np.shape(value))
-        if v.dtype in pm.pytensorf.continuous_types
-        else value
-        for v, value in zip(model.value_vars, values, strict=True)
-    ]
-    pairs = zip(terms(first, *moved), terms(second, *moved), strict=True)
-    for rv, (alone, mixed) in zip(model.observed_RVs, pairs, strict=True):
-        same = np.allclose(alone[shared], mixed[: len(shared)][::-1], rtol=1e-9, equal_nan=True)
-        if not same:
-            raise MinibatchError(
-                f"The log likelihood of '{rv.name}' for one row changes with the other rows of "
-                "its minibatch (e.g. a lag or a statistic built from the observed data), so its "
-                "rows are not exchangeable: give such values as a data column (pm.Data) or "
-                "sample the model with NUTS."
-            )

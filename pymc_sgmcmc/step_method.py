@@ -550,7 +550,20 @@ class StochasticGradientStep(ArrayStepShared):
     # Sampling ---------------------------------------------------------------------
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
-        """Run the chain's inner steps for one draw from ``q0`` and return the last state."""
+        """Run the chain's inner steps for one draw from ``q0`` and return the last state.
+
+        A Ctrl-C reaches PyMC as a ``KeyboardInterrupt``, so ``pm.sample``
+        returns the draws so far: one that arrives while compiled Numba code
+        calls back into Python otherwise surfaces as a ``SystemError``.
+        """
+        try:
+            return self._draw(q0)
+        except SystemError as error:
+            if _interrupted(error):
+                raise KeyboardInterrupt from None
+            raise
+
+    def _draw(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
         chain = self.chain
         position = q0.data
         if chain.settings is None:
@@ -616,3 +629,14 @@ class StochasticGradientStep(ArrayStepShared):
             "warning": chain.warnings.pop(0) if chain.warnings else None,
             **self.dynamics.statistics(chain.state),
         }
+
+
+def _interrupted(error: BaseException | None) -> bool:
+    """Return whether ``error`` or one of its causes is a ``KeyboardInterrupt``."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False

@@ -7,12 +7,15 @@ data array left unindexed, or a likelihood broadcast back to N rows (the
 ``dims`` and ``shape=`` traps) all break this identity.
 """
 
+import re
+
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
 from pymc.blocking import DictToArrayBijection
+from pymc.model.core import ImputationWarning
 
 from pymc_sgmcmc import SGLD, MinibatchError, build_minibatch_log_density
 
@@ -286,8 +289,16 @@ def ar_series(n=400, seed=0):
     return y
 
 
-@pytest.mark.parametrize("kind", ["lag", "centred by its mean"])
-def test_rows_that_depend_on_other_rows_are_refused(kind):
+@pytest.mark.parametrize(
+    ("kind", "expression"),
+    [
+        ("lag", "y_data[:-1]"),
+        ("lead", "y_data[1:]"),
+        ("cumulative sum", "Cumsum{axis=0}(y_data)"),
+        ("centred by its mean", "Sum{axes=None}(y_data)"),
+    ],
+)
+def test_rows_that_depend_on_other_rows_are_refused_naming_the_expression(kind, expression):
     y = ar_series()
     with pm.Model() as model:
         y_data = pm.Data("y_data", y)
@@ -295,9 +306,48 @@ def test_rows_that_depend_on_other_rows_are_refused(kind):
         if kind == "lag":
             mean = rho * pt.concatenate([pt.zeros(1), y_data[:-1]])
             pm.Normal("y", mean, 1.0, observed=y_data)
+        elif kind == "lead":
+            mean = rho * pt.concatenate([y_data[1:], pt.zeros(1)])
+            pm.Normal("y", mean, 1.0, observed=y_data)
+        elif kind == "cumulative sum":
+            pm.Normal("y", rho * pt.cumsum(y_data) / len(y), 1.0, observed=y_data)
         else:
             pm.Normal("y", rho, 1.0, observed=y_data - y_data.mean())
-    with pytest.raises(MinibatchError, match="'y' for one row changes with the other rows"):
+    message = f"'y' for one row reads other rows through `{re.escape(expression)}`"
+    with pytest.raises(MinibatchError, match=message):
+        SGLD(model=model)
+
+
+def test_observed_data_sliced_from_a_data_array_is_refused():
+    y = ar_series()
+    with pm.Model() as model:
+        y_data = pm.Data("y_data", y)
+        rho = pm.Normal("rho", 0, 1)
+        pm.Normal("y", rho * y_data[:-1], 1.0, observed=y_data[1:])
+    message = r"observed data's 399 rows \('y_data' has 400\).*observed=y\[1:\]"
+    with pytest.raises(MinibatchError, match=message):
+        SGLD(model=model)
+
+
+def test_data_arrays_with_other_rows_than_the_observed_are_refused():
+    x, y = data()
+    with pm.Model() as model:
+        x_data = pm.Data("x_data", x[:, 0])
+        beta = pm.Normal("beta", 0, 1)
+        pm.Normal("y", beta * x_data, 1.0, observed=pm.Data("y_data", y[:-5]))
+    message = f"observed data has {N_ROWS - 5} rows but 'x_data' has {N_ROWS}; give every"
+    with pytest.raises(MinibatchError, match=message):
+        SGLD(model=model)
+
+
+def test_missing_observations_imputed_by_pymc_are_refused():
+    x, y = data()
+    y = y.copy()
+    y[:3] = np.nan
+    with pm.Model() as model, pytest.warns(ImputationWarning):
+        beta = pm.Normal("beta", 0, 1)
+        pm.Normal("y", beta * x[:, 0], 1.0, observed=y)
+    with pytest.raises(MinibatchError, match=r"'y' has missing values .*'y_unobserved'"):
         SGLD(model=model)
 
 
