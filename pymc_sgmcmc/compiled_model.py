@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import ESTIMATORS, Probe
 from pymc_sgmcmc.kernel import Kernel
@@ -9,6 +11,12 @@ from pymc_sgmcmc.metric import METRICS
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = ["CompiledModel"]
+
+#: PyMC's logger, which PyMC shows at INFO level while it samples.
+_log = logging.getLogger("pymc")
+
+#: Said with every compilation: it is slow only the first time.
+_CACHED = "slow the first time a model of this structure is seen, then read from PyTensor's cache"
 
 
 class CompiledModel:
@@ -29,13 +37,21 @@ class CompiledModel:
         :func:`pytensor.function` for the probe.
     chunk_rows : int, default 50,000
         Rows per chunk of the probe's full passes over the data.
+    probe_kwargs : dict, optional
+        Passed to :func:`pytensor.function` for the probe instead of
+        ``compile_kwargs``.
     """
 
     def __init__(
-        self, density: MinibatchLogDensity, compile_kwargs: dict | None = None, chunk_rows=50_000
+        self,
+        density: MinibatchLogDensity,
+        compile_kwargs: dict | None = None,
+        chunk_rows=50_000,
+        probe_kwargs: dict | None = None,
     ):
         self.density = density
         self.compile_kwargs = dict(compile_kwargs or {})
+        self.probe_kwargs = dict(self.compile_kwargs if probe_kwargs is None else probe_kwargs)
         self.chunk_rows = int(chunk_rows)
         self._probe = None
         self._kernels = {}
@@ -44,7 +60,8 @@ class CompiledModel:
     def probe(self) -> Probe:
         """The numeric probe, compiled on first use."""
         if self._probe is None:
-            self._probe = Probe(self.density, self.compile_kwargs, self.chunk_rows)
+            _log.info("Compiling the tuning functions (%s).", _CACHED)
+            self._probe = Probe(self.density, self.probe_kwargs, self.chunk_rows)
         return self._probe
 
     def kernel(self, dynamics: type[Dynamics], estimator: str, metric: str = "identity") -> Kernel:
@@ -55,6 +72,13 @@ class CompiledModel:
         """
         key = (dynamics, estimator, metric)
         if key not in self._kernels:
+            _log.info(
+                "Compiling the %s kernel: %s gradient, %s metric (%s).",
+                dynamics.__name__,
+                estimator.replace("_", "-"),
+                metric.replace("_", "-"),
+                _CACHED,
+            )
             self._kernels[key] = Kernel(
                 self.density,
                 ESTIMATORS[estimator](self.density),

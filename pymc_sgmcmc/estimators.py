@@ -161,6 +161,9 @@ class Probe:
         as NaN far from the mode) the log density is -inf and the gradients
         NaN, so that a search treats the point as outside the support.
         """
+        # A strided position (a row of a Fortran-ordered array) would make
+        # Numba compile the whole function again for that layout.
+        position = np.ascontiguousarray(position)
         try:
             return self._terms(position, np.asarray(indices, dtype=np.int64))
         except ParameterValueError:
@@ -186,7 +189,9 @@ class Probe:
             self._estimators[estimator] = (function, tuple(symbolic.inputs))
         function, names = self._estimators[estimator]
         values = [inputs[name] for name in names]
-        return function(position, np.asarray(indices, dtype=np.int64), *values)
+        return function(
+            np.ascontiguousarray(position), np.asarray(indices, dtype=np.int64), *values
+        )
 
     def minibatch_gradient(self, position, indices):
         """Return the plain minibatch gradient estimate (from the terms, compiled once)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 import pymc as pm
+import pytensor
 from pymc.blocking import RaveledVars
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
@@ -34,10 +36,19 @@ from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
 
 __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
 
+#: PyMC's logger, which PyMC shows at INFO level while it samples.
+_log = logging.getLogger("pymc")
+
 #: PyTensor backend of the compiled kernels unless ``compile_kwargs`` names a
 #: ``mode``. Numba ships with PyTensor and runs a fused loop of minibatch steps
 #: several times faster than the C backend (see docs/performance.md).
 DEFAULT_MODE = "NUMBA"
+
+#: Backend of the tuning functions (a few thousand calls per chain) unless
+#: ``compile_kwargs`` names a ``mode``: whichever compiles faster. On PyTensor
+#: 3 Numba takes about 40 s to compile them on a first run and the C backend
+#: about 19 s; on PyTensor 2 both take about 18 s and Numba calls are faster.
+PROBE_MODE = "NUMBA" if int(pytensor.__version__.split(".")[0]) < 3 else "CVM"
 
 #: What ``preconditioner`` may name: the tuner's choice or one kind of metric.
 METRIC_CHOICES = ("auto", "diagonal", "dense", "low_rank")
@@ -184,8 +195,10 @@ class StochasticGradientStep(ArrayStepShared):
     initial_point : dict, optional
         Point used to build the graphs; ``model.initial_point()`` by default.
     compile_kwargs : dict, optional
-        Passed to :func:`pymc.compile`; ``{"mode": "NUMBA"}`` unless it names
-        another ``mode`` (e.g. ``"FAST_RUN"`` for the C backend).
+        Passed to :func:`pymc.compile`; ``{"mode": "NUMBA"}`` for the kernels
+        unless it names another ``mode`` (e.g. ``"CVM"`` for the C backend),
+        and the tuning functions' backend (:data:`PROBE_MODE`) unless it
+        names one.
     blocked, rng
         As for every PyMC step method.
     **options
@@ -267,16 +280,17 @@ class StochasticGradientStep(ArrayStepShared):
             raise ValueError(
                 f"control_variate must be None (automatic), True or False, got {control_variate!r}."
             )
+        probe_kwargs = {"mode": PROBE_MODE, **(compile_kwargs or {})}
         compile_kwargs = {"mode": DEFAULT_MODE, **(compile_kwargs or {})}
         if str(compile_kwargs["mode"]).upper() == "JAX":
             raise ValueError(
                 "PyTensor's JAX backend cannot compile a loop whose length is an input, which "
-                "the fused kernels need; use mode='NUMBA' (the default) or 'FAST_RUN'."
+                "the fused kernels need; use mode='NUMBA' (the default) or 'CVM' (C)."
             )
         self.tuning = tuning or TuningConfig()
         shared = pm.make_shared_replacements(initial_point, vars, model)
         density = build_minibatch_log_density(model, vars, shared)
-        self.compiled = CompiledModel(density, compile_kwargs, self.tuning.chunk_rows)
+        self.compiled = CompiledModel(density, compile_kwargs, self.tuning.chunk_rows, probe_kwargs)
         if batch_size is None:
             batch_size = min(100, density.n_rows)
         self._batches = IndexStream(density.n_rows, batch_size, replace=replace)
@@ -312,7 +326,10 @@ class StochasticGradientStep(ArrayStepShared):
             else _positive_integer("control_variate_refresh", control_variate_refresh)
         )
         self.measures = self._needs_measurements()
-        if not self.measures:
+        # Compiled before PyMC forks its chain processes, so they share it.
+        if self.measures:
+            _ = self.compiled.probe
+        else:
             self.compiled.kernel(self.dynamics_class, "minibatch")
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self.chain = self._new_chain()
@@ -415,6 +432,12 @@ class StochasticGradientStep(ArrayStepShared):
         if not self.measures:
             chain.settings = fixed_settings(self.dynamics, self.choices, size)
         else:
+            if start:
+                _log.info(
+                    "%s: tuning a chain (mode, curvature, gradient noise, step size) "
+                    "before its first draw.",
+                    type(self).__name__,
+                )
             origin = self._dispersed_start(position) if start else position
             measurements = measure(
                 self.compiled.probe,

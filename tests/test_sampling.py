@@ -147,3 +147,13 @@ def test_warnings_reach_pymc_as_sampler_warnings(model, caplog):
     warnings = [w for w in np.asarray(result.sample_stats["warning"]).ravel() if w is not None]
     assert warnings and all(isinstance(w, pm.stats.convergence.SamplerWarning) for w in warnings)
     assert "leave step_size unset" in caplog.text
+
+
+def test_tuning_and_compiling_are_announced_before_the_first_draw(model, caplog):
+    """PyMC's progress bar stands still while a chain tunes and compiles: say why."""
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        run(model, chains=1)
+    messages = [record.getMessage() for record in caplog.records]
+    tuning = next(i for i, m in enumerate(messages) if "SGLD: tuning a chain" in m)
+    compiling = [m for m in messages[tuning:] if m.startswith("Compiling the Langevin kernel")]
+    assert len(compiling) == 1 and "PyTensor's cache" in compiling[0]

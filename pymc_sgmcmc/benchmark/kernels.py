@@ -24,7 +24,7 @@ from pymc_sgmcmc.panel import logistic_regression
 
 __all__ = ["measure_kernels", "measure_metrics"]
 
-BACKENDS = {"numba": "NUMBA", "c": "FAST_RUN"}
+BACKENDS = {"numba": "NUMBA", "c": "CVM"}
 
 
 def _per_call(function, arguments, repeats):
