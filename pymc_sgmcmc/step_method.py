@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pymc as pm
 import pytensor
-from pymc.blocking import RaveledVars
+from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import StepMethodState
@@ -326,9 +326,11 @@ class StochasticGradientStep(ArrayStepShared):
             else _positive_integer("control_variate_refresh", control_variate_refresh)
         )
         self.measures = self._needs_measurements()
-        # Compiled before PyMC forks its chain processes, so they share it.
+        # Compiled (with Numba, at its first call) before PyMC forks its chain
+        # processes, so they share it.
         if self.measures:
-            _ = self.compiled.probe
+            point = {v.name: initial_point[v.name] for v in vars}
+            self.compiled.probe.terms(DictToArrayBijection.map(point).data, np.arange(1))
         else:
             self.compiled.kernel(self.dynamics_class, "minibatch")
         super().__init__(vars, shared, blocked=blocked, rng=rng)
