@@ -27,6 +27,7 @@ __all__ = [
     "hierarchical_regression",
     "laplace_reference",
     "logistic_regression",
+    "normal_inverse_gamma_moments",
     "normal_inverse_gamma_posterior",
     "normal_inverse_gamma_regression",
     "nuts_reference",
@@ -90,6 +91,23 @@ def normal_inverse_gamma_posterior(design, y, prior_scale, prior_shape, prior_ra
     return mean, scale, shape, rate
 
 
+def normal_inverse_gamma_moments(design, y, prior_scale, prior_shape, prior_rate):
+    """Return the posterior means and sds of ``beta`` and ``sigma2``, and corr(beta_0, beta_1).
+
+    From :func:`normal_inverse_gamma_posterior`: ``beta`` is Student-t with
+    covariance ``b_n / (a_n - 1) V_n``, ``sigma2 ~ IG(a_n, b_n)``.
+    """
+    mean, scale, shape, rate = normal_inverse_gamma_posterior(
+        design, y, prior_scale, prior_shape, prior_rate
+    )
+    beta_covariance = scale * rate / (shape - 1)
+    beta_sd = np.sqrt(np.diag(beta_covariance))
+    sigma2_mean = rate / (shape - 1)
+    means = {"beta": mean, "sigma2": np.array(sigma2_mean)}
+    sds = {"beta": beta_sd, "sigma2": np.array(sigma2_mean / np.sqrt(shape - 2))}
+    return means, sds, beta_covariance[0, 1] / (beta_sd[0] * beta_sd[1])
+
+
 def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> PanelModel:
     """Bayesian normal linear regression with a Normal-Inverse-Gamma prior (exact posterior).
 
@@ -117,17 +135,9 @@ def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> Pan
         beta = pm.Normal("beta", 0.0, pm.math.sqrt(prior_scale * sigma2), shape=2)
         pm.Normal("y", x @ beta, pm.math.sqrt(sigma2), observed=y, total_size=total_size)
 
-    mean, posterior_scale, shape, rate = normal_inverse_gamma_posterior(x, y, prior_scale, phi, psi)
-    beta_covariance = posterior_scale * rate / (shape - 1)
-    beta_sd = np.sqrt(np.diag(beta_covariance))
-    sigma2_mean = rate / (shape - 1)
+    means, sds, correlation = normal_inverse_gamma_moments(x, y, prior_scale, phi, psi)
     return PanelModel(
-        f"NIG regression N={n_rows}",
-        model,
-        n_rows,
-        means={"beta": mean, "sigma2": np.array(sigma2_mean)},
-        sds={"beta": beta_sd, "sigma2": np.array(sigma2_mean / np.sqrt(shape - 2))},
-        correlation=beta_covariance[0, 1] / (beta_sd[0] * beta_sd[1]),
+        f"NIG regression N={n_rows}", model, n_rows, means=means, sds=sds, correlation=correlation
     )
 
 

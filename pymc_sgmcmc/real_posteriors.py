@@ -28,7 +28,12 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from pymc_sgmcmc.panel import PanelModel, normal_inverse_gamma_posterior, nuts_reference
+from pymc_sgmcmc.panel import (
+    PanelModel,
+    normal_inverse_gamma_moments,
+    normal_inverse_gamma_posterior,
+    nuts_reference,
+)
 
 __all__ = [
     "many_groups_reference",
@@ -121,19 +126,16 @@ def polynomial_regression(n_rows=5000, seed=0) -> PanelModel:
         beta = pm.Normal("beta", 0.0, pm.math.sqrt(prior_scale * sigma2), shape=design.shape[1])
         pm.Normal("y", design @ beta, pm.math.sqrt(sigma2), observed=y)
 
-    mean, scale, shape, rate = normal_inverse_gamma_posterior(
+    means, sds, correlation = normal_inverse_gamma_moments(
         design, y, prior_scale, prior_shape, prior_rate
     )
-    beta_covariance = scale * rate / (shape - 1)
-    beta_sd = np.sqrt(np.diag(beta_covariance))
-    sigma2_mean = rate / (shape - 1)
     return PanelModel(
         f"polynomial regression N={n_rows}",
         model,
         n_rows,
-        means={"beta": mean, "sigma2": np.array(sigma2_mean)},
-        sds={"beta": beta_sd, "sigma2": np.array(sigma2_mean / np.sqrt(shape - 2))},
-        correlation=beta_covariance[0, 1] / (beta_sd[0] * beta_sd[1]),
+        means=means,
+        sds=sds,
+        correlation=correlation,
         truth={"beta": true_beta, "sigma2": np.array(1.0)},
         key={"model": "polynomial", "n_rows": n_rows, "seed": seed},
     )
