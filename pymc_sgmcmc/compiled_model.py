@@ -64,17 +64,22 @@ class CompiledModel:
             self._probe = Probe(self.density, self.probe_kwargs, self.chunk_rows)
         return self._probe
 
-    def kernel(self, dynamics: type[Dynamics], estimator: str, metric: str = "identity") -> Kernel:
+    def kernel(
+        self, dynamics: Dynamics | type[Dynamics], estimator: str, metric: str = "identity"
+    ) -> Kernel:
         """Return the kernel of ``dynamics`` with ``estimator`` and ``metric``.
 
         The kernel is compiled on first use; ``metric`` is a kind of
-        :data:`pymc_sgmcmc.metric.METRICS`.
+        :data:`pymc_sgmcmc.metric.METRICS`, and a dynamics class stands for
+        its instance with default options.
         """
-        key = (dynamics, estimator, metric)
+        if isinstance(dynamics, type):
+            dynamics = dynamics()
+        key = (type(dynamics), dynamics.graph_options(), estimator, metric)
         if key not in self._kernels:
             _log.info(
                 "Compiling the %s kernel: %s gradient, %s metric (%s).",
-                dynamics.__name__,
+                type(dynamics).__name__,
                 estimator.replace("_", "-"),
                 metric.replace("_", "-"),
                 _CACHED,

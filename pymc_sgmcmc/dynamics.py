@@ -15,7 +15,15 @@ A sampler of this package is one :class:`Dynamics` subclass. It declares
 - its **statistics** (:attr:`Dynamics.stats` and :meth:`Dynamics.statistics`);
 - its **Gaussian tuning rule** (:meth:`Dynamics.gaussian_model`, or ``None``):
   the stationary variance of the chain on a Gaussian target, from which
-  :mod:`pymc_sgmcmc.tuning` chooses the step size.
+  :mod:`pymc_sgmcmc.tuning` chooses the step size;
+- optionally, **position terms** (:meth:`Dynamics.position_terms`): symbolic
+  values the update reads besides the gradient, such as a position-dependent
+  metric and its correction term, built by PyTensor's autodiff from the log
+  prior and the gradient estimate inside the kernel;
+- optionally, how a tuned step size becomes a **schedule**
+  (:meth:`Dynamics.schedule`) and the per-step inputs a schedule gives
+  (:meth:`Dynamics.step_values`), e.g. a cyclical step size with an
+  exploration stage.
 
 The kernel (:mod:`pymc_sgmcmc.kernel`) compiles ``K`` inner steps from the
 declaration; the PyMC adapter (:mod:`pymc_sgmcmc.step_method`) turns any
@@ -34,6 +42,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
+
+from pymc_sgmcmc.schedules import ConstantStepSize
 
 __all__ = ["ChainInput", "Dynamics", "Entry", "GaussianModel", "StateVariable"]
 
@@ -111,6 +121,12 @@ class Dynamics(ABC):
         Scalar inputs that take a new value at every inner step.
     stats : dict of str to dtype
         Scalar sampler statistics returned by :meth:`statistics`.
+    position_inputs : tuple of str
+        Names of the vectors over the coordinates :meth:`position_terms`
+        returns.
+    exact_gaussian_model : bool
+        Whether :meth:`gaussian_model` is the chain's exact stationary law on a
+        Gaussian target (True) or a bound the step size is chosen from.
     """
 
     name: ClassVar[str]
@@ -119,6 +135,8 @@ class Dynamics(ABC):
     chain_inputs_spec: ClassVar[tuple[ChainInput, ...]] = (ChainInput("temperature", True),)
     step_inputs: ClassVar[tuple[str, ...]] = ("step_size",)
     stats: ClassVar[dict[str, type]] = {}
+    position_inputs: ClassVar[tuple[str, ...]] = ()
+    exact_gaussian_model: ClassVar[bool] = True
 
     @staticmethod
     @abstractmethod
@@ -167,7 +185,11 @@ class Dynamics(ABC):
         return {}
 
     def gaussian_model(
-        self, curvatures: tuple[float, float], preconditioner: np.ndarray, config
+        self,
+        curvatures: tuple[float, float],
+        preconditioner: np.ndarray,
+        config,
+        temperature: float = 1.0,
     ) -> GaussianModel | None:
         """Return the Gaussian model the tuner chooses the step size with, or None.
 
@@ -179,8 +201,60 @@ class Dynamics(ABC):
             Diagonal preconditioner ``P``.
         config : TuningConfig
             The tuner's constants.
+        temperature : float, default 1
+            The temperature the chain runs at.
         """
         return None
+
+    def position_terms(
+        self, state: Mapping[str, Any], gradient, log_prior, inputs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Return symbolic values the update reads besides the gradient (none by default).
+
+        Called once, inside the kernel, with PyTensor variables; the values
+        are passed to :meth:`step` among its inputs, under the names of
+        :attr:`position_inputs`.
+
+        Parameters
+        ----------
+        state : mapping of str to TensorVariable
+            ``"position"`` (in the coordinates the chain runs in) and the state.
+        gradient : TensorVariable
+            The gradient estimate at the position, a graph of the position.
+        log_prior : callable
+            Maps a position (TensorVariable) to the log prior density there,
+            with the Jacobians of the transforms.
+        inputs : mapping of str to TensorVariable
+            Chain inputs and step inputs by name.
+        """
+        return {}
+
+    def graph_options(self) -> tuple:
+        """Return the options that change the kernel's graph (none by default).
+
+        Kernels are compiled once per dynamics class, gradient estimator,
+        metric and these options.
+        """
+        return ()
+
+    def kernel_mode(self) -> str | None:
+        """Return the PyTensor backend the kernel compiles fastest with, or None for the default.
+
+        Graphs with nested autodiff (a Hessian diagonal and its derivative)
+        take Numba minutes to compile and the C backend (``"CVM"``) seconds.
+        """
+        return None
+
+    def schedule(self, step_size: float, steps_per_draw: int):
+        """Return the schedule a tuned or given constant step size runs as.
+
+        By default the step size itself (:class:`~pymc_sgmcmc.ConstantStepSize`).
+        """
+        return ConstantStepSize(step_size)
+
+    def step_values(self, schedule, steps: np.ndarray) -> dict[str, np.ndarray]:
+        """Return the per-step inputs of the steps numbered ``steps`` (by default the step size)."""
+        return {"step_size": np.asarray(schedule(steps), dtype="float64")}
 
     def check_size(self, size: int) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if an option does not fit ``size`` coordinates (none by default)."""

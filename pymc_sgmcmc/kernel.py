@@ -36,6 +36,8 @@ class KernelResult:
     steps_taken : int
         Inner steps taken before the first non-finite state or gradient (all
         of them when there was none).
+    clipped_steps : int
+        Steps among those whose gradient estimate was clipped.
     """
 
     state: dict
@@ -43,6 +45,7 @@ class KernelResult:
     log_density: float
     gradient_norm: float
     steps_taken: int
+    clipped_steps: int = 0
 
 
 def as_state(state: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -70,8 +73,9 @@ class Kernel:
         Symbolic minibatch estimate of the log density.
     estimator : GradientEstimator
         The gradient estimate the update rule uses.
-    dynamics : type of Dynamics
-        The sampler's declaration: state, noise, inputs and update rule.
+    dynamics : Dynamics or type of Dynamics
+        The sampler's declaration: state, noise, inputs and update rule (a
+        class stands for its instance with default options).
     compile_kwargs : dict, optional
         Passed to :func:`pymc.compile`, e.g. ``{"mode": "NUMBA"}``.
     """
@@ -80,10 +84,12 @@ class Kernel:
         self,
         density: MinibatchLogDensity,
         estimator: GradientEstimator,
-        dynamics: type[Dynamics],
+        dynamics: Dynamics | type[Dynamics],
         compile_kwargs: dict | None = None,
         metric: type[Metric] = IdentityMetric,
     ):
+        if isinstance(dynamics, type):
+            dynamics = dynamics()
         self.dynamics = dynamics
         self.metric = metric
         position = density.position
@@ -103,17 +109,32 @@ class Kernel:
             for name, shape in metric.input_shapes.items()
         }
         theta = metric.to_position(coordinates, metric_inputs)
-        gradient = metric.pull_gradient(
+        raw_gradient = metric.pull_gradient(
             graph_replace(estimator.gradient, {position: theta}, strict=False), metric_inputs
         )
+        # Clipping (Karagiannis's clip(v, c) = v min(1, c / |v|)) in the
+        # chain's coordinates; an infinite threshold leaves the gradient as is.
+        gradient_norm = pt.sqrt(pt.sum(raw_gradient**2))
+        clip = pt.scalar("gradient_clip", dtype="float64")
+        clipped = gradient_norm > clip
+        gradient = raw_gradient * pt.minimum(1.0, clip / gradient_norm)
         state = {"position": coordinates}
         state.update({entry.name: placeholder(entry) for entry in dynamics.state})
         noise = pt.matrix("noise", dtype="float64")
         step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
         chain_inputs = {spec.name: placeholder(spec) for spec in dynamics.chain_inputs_spec}
-        new_state = dynamics.step(state, gradient, noise, {**chain_inputs, **step_inputs})
+        rule_inputs = {**chain_inputs, **step_inputs}
+
+        def log_prior(value):
+            return graph_replace(
+                density.log_prior,
+                {position: metric.to_position(value, metric_inputs)},
+                strict=False,
+            )
+
+        terms = dynamics.position_terms(state, gradient, log_prior, rule_inputs)
+        new_state = dynamics.step(state, gradient, noise, {**rule_inputs, **terms})
         new_state = [pt.as_tensor(new_state[name], dtype="float64") for name in state]
-        gradient_norm = pt.sqrt(pt.sum(gradient**2))
         checked = pt.concatenate([gradient_norm[None], *(pt.atleast_1d(s) for s in new_state)])
         finite = ~(pt.any(pt.isnan(checked)) | pt.any(pt.isinf(checked)))
         # ``alive`` turns false at the first non-finite step and stays false:
@@ -124,9 +145,14 @@ class Kernel:
             pt.switch(still_alive, new, old)
             for new, old in zip(new_state, state.values(), strict=True)
         ]
-        step_outputs = [*kept, still_alive, gradient_norm]
+        step_outputs = [*kept, still_alive, gradient_norm, clipped]
 
-        named_inputs = {**chain_inputs, **estimator.inputs, **metric_inputs}
+        named_inputs = {
+            **chain_inputs,
+            **estimator.inputs,
+            **metric_inputs,
+            "gradient_clip": clip,
+        }
         sequences = [density.indices, noise, *step_inputs.values()]
         placeholders = [*sequences, *state.values(), alive, *named_inputs.values()]
 
@@ -150,14 +176,15 @@ class Kernel:
         outputs, _ = pytensor.scan(
             inner_step,
             sequences=[batch_indices, noises, *step_values],
-            outputs_info=[*initial_state, pt.as_tensor(np.True_), None],
+            outputs_info=[*initial_state, pt.as_tensor(np.True_), None, None],
             non_sequences=list(named_values.values()),
             n_steps=batch_indices.shape[0],
             strict=False,
             return_list=True,
         )
-        *states, _, norms = outputs
-        steps_taken = pt.sum(outputs[-2])
+        *states, alive_steps, norms, clipped_steps = outputs
+        steps_taken = pt.sum(alive_steps)
+        clipped_taken = pt.sum(clipped_steps & alive_steps)
         results = [s[-1] for s in states]
         final_position = graph_replace(
             theta,
@@ -185,7 +212,7 @@ class Kernel:
         with pytensor.config.change_flags(numba__fastmath=False):
             self._function = pm.compile(
                 inputs,
-                [*results, final_position, log_density, norms[-1], steps_taken],
+                [*results, final_position, log_density, norms[-1], steps_taken, clipped_taken],
                 on_unused_input="ignore",
                 **(compile_kwargs or {}),
             )
@@ -205,6 +232,7 @@ class Kernel:
         ValueError
             If an input is missing or has the wrong shape.
         """
+        named = {"gradient_clip": np.inf, **named}
         values = []
         for name in self.input_names:
             if name not in named:
@@ -242,7 +270,7 @@ class Kernel:
         values of each per-step input, and ``values`` the chain inputs as
         returned by :meth:`prepare`.
         """
-        *new_state, position, log_density, gradient_norm, steps_taken = self._function(
+        *new_state, position, log_density, gradient_norm, steps_taken, clipped = self._function(
             *(state[name] for name in self.state_names),
             indices,
             noise,
@@ -255,4 +283,5 @@ class Kernel:
             float(log_density),
             float(gradient_norm),
             int(steps_taken),
+            int(clipped),
         )

@@ -7,7 +7,7 @@ plus one entry here.
 
 from __future__ import annotations
 
-from pymc_sgmcmc.samplers import sghmc, sgld
+from pymc_sgmcmc.samplers import cyclical, psgld, sghmc, sgld, sgnht, sgrld
 from pymc_sgmcmc.step_method import StochasticGradientStep
 
 __all__ = ["SAMPLERS"]
@@ -18,5 +18,9 @@ SAMPLERS: dict[str, type[StochasticGradientStep]] = {
     for sampler in (
         sgld.SGLD,
         sghmc.SGHMC,
+        psgld.PSGLD,
+        sgnht.SGNHT,
+        sgrld.SGRLD,
+        cyclical.CyclicalSGLD,
     )
 }

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ConstantStepSize", "PolynomialDecay", "as_schedule"]
+__all__ = ["ConstantStepSize", "CyclicalStepSize", "PolynomialDecay", "as_schedule"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,61 @@ class PolynomialDecay:
         return self.a / (self.b + np.asarray(step, dtype=float)) ** self.gamma
 
 
-def as_schedule(step_size) -> ConstantStepSize | PolynomialDecay:
+@dataclass(frozen=True)
+class CyclicalStepSize:
+    r"""The cosine cycles of Zhang et al. (2020), with an exploration stage.
+
+    With :math:`r_t = (t \bmod L) / L` the position of step :math:`t` in its
+    cycle of :math:`L` steps,
+
+    .. math::
+
+        \eta_t = \frac{\eta_{\max}}{2} \left(\cos(\pi r_t) + 1\right),
+
+    and step :math:`t` belongs to the exploration stage while
+    :math:`r_t < \beta`.
+
+    Parameters
+    ----------
+    maximum : float
+        Step size at the start of every cycle, :math:`\eta_{\max}`.
+    cycle_length : int
+        Inner steps per cycle, :math:`L`.
+    exploration : float, default 0.5
+        Fraction :math:`\beta` of every cycle spent exploring.
+    """
+
+    maximum: float
+    cycle_length: int
+    exploration: float = 0.5
+
+    def __post_init__(self):
+        if not np.isfinite(self.maximum) or self.maximum <= 0:
+            raise ValueError(f"maximum must be a positive finite number, got {self.maximum!r}.")
+        if int(self.cycle_length) < 1:
+            raise ValueError(f"cycle_length must be a positive integer, got {self.cycle_length!r}.")
+        if not 0 <= self.exploration < 1:
+            raise ValueError(f"exploration must be in [0, 1), got {self.exploration!r}.")
+
+    def position(self, step: np.ndarray) -> np.ndarray:
+        """Return :math:`r_t`, the fraction of its cycle before step ``step``."""
+        return np.mod(np.asarray(step), self.cycle_length) / self.cycle_length
+
+    def __call__(self, step: np.ndarray) -> np.ndarray:
+        """Return the step sizes of the steps numbered ``step``."""
+        return 0.5 * self.maximum * (np.cos(np.pi * self.position(step)) + 1.0)
+
+    def exploring(self, step: np.ndarray) -> np.ndarray:
+        """Return whether the steps numbered ``step`` belong to the exploration stage."""
+        return self.position(step) < self.exploration
+
+    @property
+    def sampling_maximum(self) -> float:
+        r"""Return the largest step size of the sampling stage (at :math:`r = \beta`)."""
+        return 0.5 * self.maximum * (np.cos(np.pi * self.exploration) + 1.0)
+
+
+def as_schedule(step_size):
     """Return ``step_size`` as a schedule (a number becomes a constant schedule)."""
     if callable(step_size):
         return step_size

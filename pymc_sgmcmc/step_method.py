@@ -63,6 +63,7 @@ BASE_STATS = {
     "steps_per_draw": (np.int64, []),
     "gradient_noise": (np.float64, []),
     "predicted_inflation": (np.float64, []),
+    "gradient_clipped": (np.float64, []),
     "warning": (SamplerWarning, None),
 }
 
@@ -186,6 +187,14 @@ class StochasticGradientStep(ArrayStepShared):
     bias_budget : float, default 0.05
         Largest predicted relative inflation of the posterior variance
         (0.05: about 2.5% on the sds) from discretisation and gradient noise.
+    clip_gradient : float, optional
+        Clip the gradient estimate to this Euclidean norm, in the coordinates
+        the chain samples in (with the default metric, coordinates in which
+        the posterior is roughly standard normal, so typical norms are about
+        the square root of the number of coordinates): ``g min(1, c / |g|)``.
+        Clipping guards against exploding gradients and biases the draws
+        whenever it acts; ``gradient_clipped`` records how often it did.
+        None (the default) never clips.
     replace : bool, default False
         Draw rows with replacement instead of in shuffled epochs.
     tuning : TuningConfig, optional
@@ -222,6 +231,8 @@ class StochasticGradientStep(ArrayStepShared):
       preconditioned coordinates.
     - ``predicted_inflation``: predicted relative inflation of the posterior
       variance from discretisation and gradient noise.
+    - ``gradient_clipped``: fraction of the draw's inner steps whose gradient
+      estimate was clipped (always 0 without ``clip_gradient``).
     - the statistics the sampler's dynamics declares.
 
     Warnings reach PyMC as ``SamplerWarning`` objects in the ``warning``
@@ -253,6 +264,7 @@ class StochasticGradientStep(ArrayStepShared):
         control_variate: bool | None = None,
         control_variate_refresh: int | None = None,
         bias_budget: float = 0.05,
+        clip_gradient: float | None = None,
         replace: bool = False,
         tuning: TuningConfig | None = None,
         model=None,
@@ -276,12 +288,24 @@ class StochasticGradientStep(ArrayStepShared):
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}.")
         if not 0 < bias_budget < 1:
             raise ValueError(f"bias_budget must be between 0 and 1, got {bias_budget!r}.")
+        if clip_gradient is not None and not (
+            isinstance(clip_gradient, int | float | np.floating)
+            and not isinstance(clip_gradient, bool)
+            and clip_gradient > 0
+        ):
+            raise ValueError(
+                f"clip_gradient must be a positive number or None, got {clip_gradient!r}."
+            )
+        self.clip_gradient = np.inf if clip_gradient is None else float(clip_gradient)
         if control_variate not in (None, True, False):
             raise ValueError(
                 f"control_variate must be None (automatic), True or False, got {control_variate!r}."
             )
         probe_kwargs = {"mode": PROBE_MODE, **(compile_kwargs or {})}
-        compile_kwargs = {"mode": DEFAULT_MODE, **(compile_kwargs or {})}
+        compile_kwargs = {
+            "mode": self.dynamics.kernel_mode() or DEFAULT_MODE,
+            **(compile_kwargs or {}),
+        }
         if str(compile_kwargs["mode"]).upper() == "JAX":
             raise ValueError(
                 "PyTensor's JAX backend cannot compile a loop whose length is an input, which "
@@ -332,7 +356,7 @@ class StochasticGradientStep(ArrayStepShared):
             point = {v.name: initial_point[v.name] for v in vars}
             self.compiled.probe.terms(DictToArrayBijection.map(point).data, np.arange(1))
         else:
-            self.compiled.kernel(self.dynamics_class, "minibatch")
+            self.compiled.kernel(self.dynamics, "minibatch")
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self.chain = self._new_chain()
 
@@ -563,14 +587,18 @@ class StochasticGradientStep(ArrayStepShared):
     def _prepare_kernel_inputs(self) -> None:
         chain = self.chain
         settings = chain.settings
-        named = {**settings.inputs, **settings.metric.inputs()}
+        named = {
+            **settings.inputs,
+            **settings.metric.inputs(),
+            "gradient_clip": self.clip_gradient,
+        }
         if settings.estimator == "control_variate":
             named.update(chain.centre.inputs())
         chain.kernel_inputs = self._kernel().prepare(named, chain.state["position"].size)
 
     def _kernel(self):
         settings = self.chain.settings
-        return self.compiled.kernel(self.dynamics_class, settings.estimator, settings.metric.kind)
+        return self.compiled.kernel(self.dynamics, settings.estimator, settings.metric.kind)
 
     # Sampling ---------------------------------------------------------------------
 
@@ -597,14 +625,17 @@ class StochasticGradientStep(ArrayStepShared):
             self._adapt(position, start=False)
         settings = chain.settings
         n_steps = self._steps_this_draw()
-        step_sizes = np.asarray(settings.step_size(chain.steps_taken + np.arange(n_steps)))
+        step_values = self.dynamics.step_values(
+            settings.step_size, chain.steps_taken + np.arange(n_steps)
+        )
+        step_sizes = step_values["step_size"]
         if not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
             raise ValueError(
                 f"The step-size schedule {settings.step_size!r} gave a value that is not a "
                 "positive finite number; a schedule must return step sizes > 0."
             )
         if chain.diverged:
-            return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps)]
+            return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps, 0)]
         if (
             settings.estimator == "control_variate"
             and self.control_variate_refresh is not None
@@ -617,16 +648,22 @@ class StochasticGradientStep(ArrayStepShared):
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
         state = {**chain.state, "position": settings.metric.to_coordinates(position)}
-        result = self._kernel()(
-            state, indices, noise, {"step_size": step_sizes}, chain.kernel_inputs
-        )
+        result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken
         if result.steps_taken < n_steps:
             self._diverge(step_sizes[result.steps_taken])
-        stats = self._stats(step_sizes[-1], result.log_density, result.gradient_norm, n_steps)
-        if self.tune and not chain.diverged:
+        stats = self._stats(
+            step_sizes[-1],
+            result.log_density,
+            result.gradient_norm,
+            n_steps,
+            result.clipped_steps,
+        )
+        # Draws a sampler marks as exploration (cyclical SGLD) are not
+        # posterior draws, so the tune windows leave them out.
+        if self.tune and not chain.diverged and not stats.get("exploring", False):
             self._record_tune_draw(result.position)
         return RaveledVars(result.position, q0.point_map_info), [stats]
 
@@ -639,7 +676,7 @@ class StochasticGradientStep(ArrayStepShared):
         )
         self.chain.warnings.append(SamplerWarning(WarningType.DIVERGENCE, message, "warn"))
 
-    def _stats(self, step_size, log_density, gradient_norm, n_steps) -> dict:
+    def _stats(self, step_size, log_density, gradient_norm, n_steps, clipped_steps) -> dict:
         chain = self.chain
         settings = chain.settings
         return {
@@ -651,6 +688,7 @@ class StochasticGradientStep(ArrayStepShared):
             "steps_per_draw": n_steps,
             "gradient_noise": settings.gradient_noise,
             "predicted_inflation": settings.predicted_inflation,
+            "gradient_clipped": clipped_steps / n_steps,
             "warning": chain.warnings.pop(0) if chain.warnings else None,
             **self.dynamics.statistics(chain.state),
         }

@@ -9,10 +9,11 @@ from pytensor.scan.op import Scan
 from pytensor.scan.utils import ScanArgs
 from pytensor.tensor import subtensor
 from pytensor.tensor.shape import Shape, Shape_i
+from rules import position_terms
 
 from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.estimators import Centre, Probe, control_variate_gradient, minibatch_gradient
-from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.kernel import Kernel, as_state
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.sghmc import Underdamped
@@ -53,15 +54,15 @@ def make_inputs(n_steps, size=3, batch=20, seed=0):
 
 
 def chain_inputs(dynamics, size=3):
-    inputs = dynamics.chain_inputs(np.full(size, 0.7), 1.0, {"critical_friction": 2.0})
-    return inputs
+    tuned = {"critical_friction": 2.0, "mode": np.full(size, 0.1)}
+    return dynamics.chain_inputs(np.full(size, 0.7), 1.0, tuned)
 
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=list(SAMPLERS))
 def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler):
     """K fused steps with control variates reproduce the declared rule applied with numpy."""
     dynamics = sampler.dynamics_class()
-    kernel = Kernel(density, control_variate_gradient(density), type(dynamics))
+    kernel = Kernel(density, control_variate_gradient(density), dynamics)
     probe = Probe(density)
     centre = Centre(np.array([0.5, -0.3, 0.1]), np.array([3.0, -2.0, 1.0]))
     inputs = chain_inputs(dynamics)
@@ -72,11 +73,14 @@ def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler
     step_sizes = np.linspace(0.01, 0.02, 7)
     state = dynamics.initial_state(np.array([0.2, 0.1, -0.1]), inputs, rng)
 
-    result = kernel(state, indices, noise, {"step_size": step_sizes}, values)
+    step_values = dynamics.step_values(lambda steps: step_sizes[steps], np.arange(7))
+    result = kernel(as_state(state), indices, noise, step_values, values)
 
     for k in range(7):
         g = probe.gradient("control_variate", state["position"], indices[k], centre.inputs())
-        state = dynamics.step(state, g, noise[k], {**inputs, "step_size": step_sizes[k]})
+        this_step = {name: value[k] for name, value in step_values.items()}
+        terms = position_terms(dynamics, density, state, {**inputs, **this_step})
+        state = dynamics.step(state, g, noise[k], {**inputs, **this_step, **terms})
     assert result.steps_taken == 7
     for name, value in state.items():
         np.testing.assert_allclose(result.state[name], value, rtol=1e-10)

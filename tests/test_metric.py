@@ -3,9 +3,10 @@
 import numpy as np
 import pymc as pm
 import pytest
+from rules import position_terms
 
 from pymc_sgmcmc.estimators import Probe, minibatch_gradient
-from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.kernel import Kernel, as_state
 from pymc_sgmcmc.metric import METRICS, LowRankMetric, metric_from_covariance
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.registry import SAMPLERS
@@ -82,9 +83,10 @@ def test_kernel_runs_the_rule_in_the_metric_coordinates(density, sampler, kind):
         kind, np.array([0.3, 0.1, -0.2, 0.0]), 0.01 * covariance(4), rank=2, spread=1.0
     )
     assert metric.kind == kind
-    kernel = Kernel(density, minibatch_gradient(density), type(dynamics), metric=METRICS[kind])
+    kernel = Kernel(density, minibatch_gradient(density), dynamics, metric=METRICS[kind])
     probe = Probe(density)
-    inputs = dynamics.chain_inputs(np.ones(SIZE), 1.0, {"critical_friction": 2.0})
+    tuned = {"critical_friction": 2.0, "mode": np.full(SIZE, 0.1)}
+    inputs = dynamics.chain_inputs(np.ones(SIZE), 1.0, tuned)
     values = kernel.prepare({**inputs, **metric.inputs()}, SIZE)
     rng = np.random.default_rng(5)
     indices = rng.integers(N_ROWS, size=(6, 25))
@@ -92,12 +94,15 @@ def test_kernel_runs_the_rule_in_the_metric_coordinates(density, sampler, kind):
     step_sizes = np.full(6, 0.05)
     state = dynamics.initial_state(metric.to_coordinates(np.zeros(SIZE)), inputs, rng)
 
-    result = kernel(state, indices, noise, {"step_size": step_sizes}, values)
+    step_values = dynamics.step_values(lambda steps: step_sizes[steps], np.arange(6))
+    result = kernel(as_state(state), indices, noise, step_values, values)
 
     for k in range(6):
         gradient = probe.minibatch_gradient(metric.position(state["position"]), indices[k])
         pulled = metric.pull_gradient(gradient, metric.inputs())
-        state = dynamics.step(state, pulled, noise[k], {**inputs, "step_size": step_sizes[k]})
+        this_step = {name: value[k] for name, value in step_values.items()}
+        terms = position_terms(dynamics, density, state, {**inputs, **this_step}, metric)
+        state = dynamics.step(state, pulled, noise[k], {**inputs, **this_step, **terms})
     for name, value in state.items():
         np.testing.assert_allclose(result.state[name], value, rtol=1e-10)
     np.testing.assert_allclose(result.position, metric.position(state["position"]), rtol=1e-10)

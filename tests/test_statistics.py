@@ -24,7 +24,7 @@ import pymc as pm
 import pytest
 from monte_carlo import assert_matches, assert_meets_bar, compare
 
-from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc import SGHMC, SGLD, sampling_draws
 from pymc_sgmcmc.panel import (
     correlated_regression,
     logistic_regression,
@@ -37,6 +37,19 @@ pytestmark = pytest.mark.statistical
 
 BATCH_SIZE = 100  # N / B = 20 at N = 2,000
 SAMPLER_IDS = list(SAMPLERS)
+#: Samplers whose Gaussian model is their exact stationary law (the others' is a bound).
+EXACT = {
+    name: sampler
+    for name, sampler in SAMPLERS.items()
+    if sampler.dynamics_class.exact_gaussian_model
+}
+
+
+def posterior(result):
+    """The posterior draws, without a cyclical sampler's exploration stages."""
+    if "exploring" in result.sample_stats:
+        return sampling_draws(result)
+    return result.posterior
 
 
 def sample(model, step, draws, seed, tune=100, chains=2):
@@ -65,7 +78,7 @@ def gaussian():
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 0.1])
-@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
+@pytest.mark.parametrize("sampler", list(EXACT.values()), ids=list(EXACT))
 def test_measured_inflation_is_the_bias_budget(gaussian, sampler, temperature):
     """Minibatch noise fully on (N / B = 100, rows drawn independently), budget 0.3."""
     budget = 0.3
@@ -175,7 +188,7 @@ def test_negative_control_wrong_scale(regression):
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
 def test_defaults_match_exact_regression(regression, sampler):
-    draws = sample(regression.model, lambda: sampler(batch_size=BATCH_SIZE), 2000, 5).posterior
+    draws = posterior(sample(regression.model, lambda: sampler(batch_size=BATCH_SIZE), 2000, 5))
     assert_meets_bar(compare(draws, regression.means, regression.sds), f"{sampler.__name__}")
 
 
@@ -187,7 +200,7 @@ def test_defaults_match_the_tempered_posterior(sampler, temperature):
     def step():
         return sampler(batch_size=BATCH_SIZE, temperature=temperature)
 
-    draws = sample(known.model, step, 2000, 6).posterior
+    draws = posterior(sample(known.model, step, 2000, 6))
     comparison = compare(draws, known.means, tempered(known, temperature))
     assert_meets_bar(comparison, f"{sampler.__name__} tau={temperature}")
 
@@ -206,7 +219,7 @@ def test_defaults_match_a_strongly_correlated_posterior(strongly_correlated, sam
     and still reaches an ESS of only a few dozen in 1,000 draws.
     """
     result = sample(strongly_correlated.model, lambda: sampler(batch_size=BATCH_SIZE), 1500, 12)
-    comparison = compare(result.posterior, strongly_correlated.means, strongly_correlated.sds)
+    comparison = compare(posterior(result), strongly_correlated.means, strongly_correlated.sds)
     assert_meets_bar(comparison, f"{sampler.__name__} correlation -0.999")
     assert int(result.sample_stats["steps_per_draw"].max()) < 100
 
@@ -230,9 +243,14 @@ def switching_regression(n_rows=5000, seed=0):
 
 
 @pytest.mark.parametrize("control_variate", [None, True])
-@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
+@pytest.mark.parametrize("sampler", [SGLD, SGHMC], ids=["SGLD", "SGHMC"])
 def test_compound_step_with_metropolis(sampler, control_variate):
-    """The stochastic-gradient block stays exact while Metropolis moves the other variable."""
+    """The stochastic-gradient block stays exact while Metropolis moves the other variable.
+
+    The compound-step machinery (re-measuring at the end of tuning, the
+    control variate's other blocks) is the adapter's, the same for every
+    sampler; its 24,000-draw runs use the two samplers it was built for.
+    """
     model, means, sds = switching_regression()
 
     def step():
@@ -242,7 +260,7 @@ def test_compound_step_with_metropolis(sampler, control_variate):
         ]
 
     with model:
-        draws = sample(model, step, 24_000, 7, tune=1000).posterior
+        draws = posterior(sample(model, step, 24_000, 7, tune=1000))
     assert_meets_bar(compare(draws, means, sds), f"{sampler.__name__} + Metropolis")
 
 
@@ -270,6 +288,6 @@ def logistic():
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
 def test_defaults_match_nuts_on_logistic_regression(logistic, sampler):
-    draws = sample(logistic.model, lambda: sampler(batch_size=BATCH_SIZE), 2000, 6).posterior
+    draws = posterior(sample(logistic.model, lambda: sampler(batch_size=BATCH_SIZE), 2000, 6))
     comparison = compare(draws, logistic.means, logistic.sds, logistic.mean_se, logistic.sd_se)
     assert_meets_bar(comparison, f"{sampler.__name__} logistic N=5000")

@@ -196,7 +196,7 @@ class Underdamped(Dynamics):
         scale = np.sqrt(inputs["temperature"] * inputs["mass"])
         return {"position": position, "momentum": scale * rng.standard_normal(position.size)}
 
-    def gaussian_model(self, curvatures, preconditioner, config):
+    def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
         """Return SGHMC's Gaussian model with this sampler's actual mass and friction."""
         mass = self._mass(preconditioner)
         relative_mass = mass * preconditioner

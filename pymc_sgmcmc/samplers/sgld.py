@@ -83,7 +83,7 @@ class Langevin(Dynamics):
         """Return the temperature and the preconditioner."""
         return {"temperature": np.float64(temperature), "preconditioner": preconditioner}
 
-    def gaussian_model(self, curvatures, preconditioner, config):
+    def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
         """Return SGLD's exact Gaussian model."""
         return _LangevinGaussian()
 

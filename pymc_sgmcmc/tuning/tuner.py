@@ -168,7 +168,9 @@ def choose_settings(
     for metric, preconditioner in _candidate_metrics(dynamics, measurements, choices, config):
         factor = metric.factor(size) * np.sqrt(preconditioner)[None, :]
         smallest, largest = measurements.curvatures(factor)
-        model = dynamics.gaussian_model((smallest, largest), preconditioner, config)
+        model = dynamics.gaussian_model(
+            (smallest, largest), preconditioner, config, temperature=choices.temperature or 1.0
+        )
         options.append((metric, preconditioner, factor, (smallest, largest), model))
     if options[0][-1] is None:
         if choices.step_size is None:
@@ -223,8 +225,14 @@ def choose_settings(
     best = min(candidates, key=lambda c: c[0])
     _, estimator, noise, step_size, relaxation, metric, preconditioner, model, curvatures = best
 
+    steps_per_draw = choices.steps_per_draw or int(
+        np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)
+    )
+    if given is None or constant is not None:
+        schedule = dynamics.schedule(step_size, steps_per_draw)
+    else:
+        schedule = given
     if given is None:
-        schedule = ConstantStepSize(step_size)
         if relaxation > config.slow_relaxation:
             advice = (
                 "a larger batch_size or a larger bias_budget"
@@ -235,8 +243,6 @@ def choose_settings(
                 f"{sampler_name}: meeting the bias budget needs step size {step_size:.3g}, so "
                 f"the chain decorrelates only every ~{relaxation:.0f} inner steps; use {advice}."
             )
-    else:
-        schedule = given
     inflation = np.nan
     if constant is not None or given is None:
         inflation = max(model.inflation(step_size, a, noise / temperature) for a in curvatures)
@@ -251,10 +257,8 @@ def choose_settings(
             f"{sampler_name}: the Hessian at the mode found is not negative definite; the "
             "step-size rule assumes a roughly Gaussian posterior and may miss its bias budget."
         )
-    steps_per_draw = choices.steps_per_draw or int(
-        np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)
-    )
-    inputs = dynamics.chain_inputs(preconditioner, choices.temperature, model.chain_inputs())
+    tuned = {**model.chain_inputs(), "mode": metric.to_coordinates(measurements.mode)}
+    inputs = dynamics.chain_inputs(preconditioner, choices.temperature, tuned)
     return ChainSettings(
         estimator,
         schedule,

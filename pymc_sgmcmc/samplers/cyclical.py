@@ -1,0 +1,167 @@
+r"""Cyclical SGLD (Zhang, Li, Zhang, Chen & Wilson, 2020).
+
+The step size follows cosine cycles (:class:`~pymc_sgmcmc.CyclicalStepSize`):
+each cycle starts with large steps and decays towards zero. The first
+fraction :math:`\beta` of a cycle is the exploration stage, where the chain
+takes noise-free gradient steps (stochastic-gradient ascent) towards a mode,
+possibly a new one; the rest is the sampling stage, where it runs SGLD,
+
+.. math::
+
+    \theta \leftarrow \theta + \eta_t P \hat g(\theta)
+        + \sqrt{2 \eta_t \tau P}\, \xi.
+
+Draws whose last inner step belongs to an exploration stage are marked by the
+``exploring`` statistic; they are not posterior draws and the tune windows
+leave them out. The tuner chooses the largest step size of the sampling
+stage (at :math:`r = \beta`) from the bias budget as for SGLD, and a cycle of
+``cycle_draws`` draws, so the sampling stage spans several relaxation times
+and the chain has forgotten its exploration stage for most of it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import xarray as xr
+
+from pymc_sgmcmc.dynamics import StateVariable
+from pymc_sgmcmc.samplers.sgld import Langevin
+from pymc_sgmcmc.schedules import CyclicalStepSize
+from pymc_sgmcmc.step_method import StochasticGradientStep
+
+__all__ = ["CyclicalLangevin", "CyclicalSGLD", "sampling_draws"]
+
+
+def sampling_draws(data) -> xr.Dataset:
+    """Return the posterior draws of a cyclical run without its exploration stages.
+
+    Parameters
+    ----------
+    data : InferenceData or DataTree
+        What ``pm.sample`` returned, with the ``exploring`` sampler statistic.
+
+    Returns
+    -------
+    xarray.Dataset
+        The posterior's variables at the sampling-stage draws; every chain
+        keeps its first ``n`` such draws, ``n`` the fewest any chain has, so
+        the result has the ``(chain, draw)`` layout ArviZ reads.
+    """
+    posterior = data["posterior"]
+    posterior = posterior.to_dataset() if hasattr(posterior, "to_dataset") else posterior
+    exploring = np.asarray(data["sample_stats"]["exploring"], dtype=bool)
+    kept = [np.flatnonzero(~row) for row in exploring]
+    count = min(len(rows) for rows in kept)
+    if count == 0:
+        raise ValueError("A chain has no sampling-stage draws; run more draws than one cycle.")
+    variables = {}
+    for name, variable in posterior.data_vars.items():
+        values = np.asarray(variable)
+        chosen = np.stack([values[chain, rows[:count]] for chain, rows in enumerate(kept)])
+        variables[name] = (variable.dims, chosen)
+    coordinates = {
+        name: coordinate
+        for name, coordinate in posterior.coords.items()
+        if "draw" not in coordinate.dims
+    }
+    coordinates["draw"] = np.arange(count)
+    return xr.Dataset(variables, coords=coordinates, attrs=dict(posterior.attrs))
+
+
+class CyclicalLangevin(Langevin):
+    r"""Langevin dynamics whose noise is switched off in the exploration stage.
+
+    Parameters
+    ----------
+    cycle_draws : int, default 40
+        Draws per cycle of the step size.
+    exploration : float, default 0.25
+        Fraction :math:`\beta` of every cycle spent exploring.
+    """
+
+    name = "csgld"
+    state = (StateVariable("exploring", scalar=True),)
+    step_inputs = ("step_size", "noise_scale")
+    stats: ClassVar[dict] = {"exploring": bool}
+    exact_gaussian_model = False
+
+    def __init__(self, cycle_draws=40, exploration=0.25):
+        if isinstance(cycle_draws, bool) or not isinstance(cycle_draws, int) or cycle_draws < 2:
+            raise ValueError(f"cycle_draws must be an integer >= 2, got {cycle_draws!r}.")
+        if not 0 <= exploration < 1:
+            raise ValueError(f"exploration must be in [0, 1), got {exploration!r}.")
+        self.cycle_draws = cycle_draws
+        self.exploration = float(exploration)
+
+    @staticmethod
+    def step(state, gradient, noise, inputs):
+        """Take a Langevin step whose noise is scaled by ``noise_scale`` (0 or 1)."""
+        step_size, preconditioner = inputs["step_size"], inputs["preconditioner"]
+        drift = step_size * preconditioner * gradient
+        diffusion = (2.0 * step_size * inputs["temperature"] * preconditioner) ** 0.5 * noise[0]
+        return {
+            "position": state["position"] + drift + inputs["noise_scale"] * diffusion,
+            "exploring": 1.0 - inputs["noise_scale"],
+        }
+
+    def initial_state(self, position, inputs, rng):
+        """Start outside the exploration stage."""
+        return {"position": position, "exploring": np.float64(0.0)}
+
+    def statistics(self, state):
+        """Return whether the draw ended in an exploration stage."""
+        return {"exploring": bool(state["exploring"] > 0.5)}
+
+    def schedule(self, step_size, steps_per_draw):
+        """Return cycles whose sampling stage starts at ``step_size``."""
+        peak = 2.0 / (np.cos(np.pi * self.exploration) + 1.0)
+        return CyclicalStepSize(
+            step_size * peak, self.cycle_draws * steps_per_draw, self.exploration
+        )
+
+    def step_values(self, schedule, steps):
+        """Return the step sizes and the noise switch (off while exploring)."""
+        exploring = getattr(schedule, "exploring", None)
+        noise_scale = np.ones(len(steps)) if exploring is None else 1.0 - exploring(steps)
+        return {
+            "step_size": np.asarray(schedule(steps), dtype="float64"),
+            "noise_scale": noise_scale.astype("float64"),
+        }
+
+
+class CyclicalSGLD(StochasticGradientStep):
+    r"""Cyclical SGLD (Zhang et al., 2020).
+
+    The step size follows cosine cycles of ``cycle_draws`` draws; in the
+    first ``exploration`` fraction of each cycle the chain takes noise-free
+    gradient steps, then it runs SGLD. Drop the draws marked by
+    ``sample_stats.exploring`` before summarising:
+    ``az.summary(sampling_draws(idata))`` (:func:`sampling_draws`).
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Variables to sample; all continuous free variables by default.
+    cycle_draws : int, default 40
+        Draws per cycle.
+    exploration : float, default 0.25
+        Fraction of each cycle spent exploring.
+    step_size : float or schedule, optional
+        A number is the largest step size of the sampling stage (the cycle
+        starts :math:`2 / (1 + \cos \pi \beta)` times higher); a schedule such
+        as :class:`~pymc_sgmcmc.CyclicalStepSize` is used as given. Chosen
+        from the bias budget by default.
+    **kwargs
+        As for :class:`~pymc_sgmcmc.SGLD`.
+
+    Notes
+    -----
+    Besides the statistics of
+    :class:`~pymc_sgmcmc.step_method.StochasticGradientStep`, ``exploring``
+    is True for draws that end in an exploration stage.
+    """
+
+    name = "csgld"
+    dynamics_class = CyclicalLangevin

@@ -1,0 +1,277 @@
+"""What the samplers beyond SGLD and SGHMC add: their extra terms, state and statistics.
+
+- SGRLD's metric and correction, built by autodiff, against the closed form
+  on Neal's funnel (Patterson & Teh's diagonal metric ``e^{-v}`` for the
+  group effects).
+- pSGLD's correction term against a finite difference of its preconditioner.
+- SGNHT's thermostat absorbs isotropic gradient noise: on a Gaussian target
+  the position variance stays at the noise-free value, where SGHMC at the
+  same friction is inflated by ``eta v / 2A``.
+- Cyclical SGLD's schedule, noise switch and ``exploring`` statistic.
+- Gradient clipping in the kernel, and its statistic.
+"""
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from rules import position_terms
+
+from pymc_sgmcmc import SGLD, SGNHT, CyclicalSGLD, CyclicalStepSize
+from pymc_sgmcmc.estimators import minibatch_gradient
+from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.minibatch import build_minibatch_log_density
+from pymc_sgmcmc.samplers.cyclical import CyclicalLangevin
+from pymc_sgmcmc.samplers.psgld import RMSpropLangevin
+from pymc_sgmcmc.samplers.sgld import Langevin
+from pymc_sgmcmc.samplers.sgnht import Thermostat
+from pymc_sgmcmc.samplers.sgrld import RiemannianLangevin
+
+GROUPS = 3
+
+
+@pytest.fixture(scope="module")
+def funnel():
+    """v ~ N(0, 3), x_j ~ N(0, e^{v/2}), y ~ N(x_g, 1): the prior is Neal's funnel."""
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(GROUPS), 20)
+    y = rng.normal(size=group.size)
+    with pm.Model() as model:
+        v = pm.Normal("v", 0, 3)
+        x = pm.Normal("x", 0, pm.math.exp(v / 2), shape=GROUPS)
+        pm.Normal("y", x[group], 1, observed=y)
+    return build_minibatch_log_density(model, [model.rvs_to_values[v], model.rvs_to_values[x]])
+
+
+def funnel_curvature(position):
+    v, x = position[0], position[1:]
+    return np.concatenate([[1 / 9 + np.sum(x**2) * np.exp(-v) / 2], np.full(GROUPS, np.exp(-v))])
+
+
+def funnel_inverse_metric(position, mode, preconditioner, floor):
+    floor = floor / preconditioner
+    data = np.maximum(1 / preconditioner - np.hypot(funnel_curvature(mode), floor), 0)
+    return 1 / (np.hypot(funnel_curvature(position), floor) + data)
+
+
+def test_riemannian_metric_and_correction_match_the_funnel_closed_form(funnel):
+    dynamics = RiemannianLangevin()
+    preconditioner = np.array([0.5, 2.0, 2.0, 2.0])
+    mode = np.array([0.3, 0.1, -0.2, 0.0])
+    inputs = dynamics.chain_inputs(preconditioner, 1.0, {"mode": mode})
+    position = np.array([-1.2, 0.4, -0.3, 0.2])
+    terms = position_terms(dynamics, funnel, {"position": position}, inputs)
+    expected = funnel_inverse_metric(position, mode, preconditioner, dynamics.floor)
+    np.testing.assert_allclose(terms["inverse_metric"], expected, rtol=1e-10)
+    # Gamma_i = d/d theta_i of the i-th inverse-metric entry, by central differences.
+    shift = 1e-6
+    difference = [
+        (
+            funnel_inverse_metric(position + shift * unit, mode, preconditioner, dynamics.floor)[i]
+            - funnel_inverse_metric(position - shift * unit, mode, preconditioner, dynamics.floor)[
+                i
+            ]
+        )
+        / (2 * shift)
+        for i, unit in enumerate(np.eye(4))
+    ]
+    np.testing.assert_allclose(terms["correction"], difference, rtol=1e-6, atol=1e-10)
+    # The effects' entries e^{v} do not depend on the effects: no correction there.
+    assert np.all(np.abs(terms["correction"][1:]) < 1e-12)
+    assert abs(terms["correction"][0]) > 1e-3
+
+
+def test_preconditioned_correction_is_the_derivative_of_the_preconditioner(funnel):
+    dynamics = RMSpropLangevin(correction=True)
+    preconditioner = np.array([0.5, 2.0, 1.0, 1.5])
+    inputs = dynamics.chain_inputs(preconditioner, 1.0, {})
+    square = np.array([0.8, 1.5, 0.3, 2.0])
+    indices = np.arange(0, 60, 3)
+    gradient = pytensor.graph.replace.graph_replace(
+        funnel.gradient, {funnel.indices: pt.as_tensor(indices)}, strict=False
+    )
+    symbols = {name: pt.as_tensor(np.asarray(value)).type() for name, value in inputs.items()}
+    square_symbol = pt.vector("square")
+    terms = dynamics.position_terms(
+        {"position": funnel.position, "square": square_symbol}, gradient, None, symbols
+    )
+    function = pytensor.function(
+        [funnel.position, square_symbol, *symbols.values()],
+        terms["correction"],
+        on_unused_input="ignore",
+    )
+    gradient_at = pytensor.function([funnel.position], gradient)
+
+    def scale(position):
+        g = gradient_at(position)
+        new_square = inputs["decay"] * square + (1 - inputs["decay"]) * preconditioner * g**2
+        return preconditioner / (inputs["regularizer"] + np.sqrt(new_square))
+
+    position = np.array([0.4, 0.5, -0.7, 0.3])
+    correction = function(position, square, *inputs.values())
+    shift = 1e-6
+    difference = [
+        (scale(position + shift * unit)[i] - scale(position - shift * unit)[i]) / (2 * shift)
+        for i, unit in enumerate(np.eye(4))
+    ]
+    np.testing.assert_allclose(correction, difference, rtol=1e-5)
+    assert np.all(np.abs(correction) > 0)
+
+
+def long_run_variance(dynamics, inputs, noise=10.0, step_size=0.1, steps=100_000):
+    """Position variance of one chain of the declared rule on N(0, I_3) with isotropic noise."""
+    rng = np.random.default_rng(2)
+    state = dynamics.initial_state(np.zeros(3), inputs, rng)
+    gradient_noise = np.sqrt(noise) * rng.normal(size=(steps, 3))
+    injected = rng.normal(size=(steps, dynamics.noise_vectors, 3))
+    squares = np.zeros(3)
+    burn_in = steps // 10
+    for step in range(steps):
+        gradient = -state["position"] + gradient_noise[step]
+        state = dynamics.step(state, gradient, injected[step], {**inputs, "step_size": step_size})
+        if step >= burn_in:
+            squares += state["position"] ** 2
+    return squares.mean() / (steps - burn_in)
+
+
+def test_thermostat_absorbs_isotropic_gradient_noise():
+    """Noise of variance 10 per coordinate: SGNHT stays near variance 1, SGHMC at A is ~25% wide.
+
+    One chain of 90,000 kept steps decorrelates every ~10 steps: the variance
+    estimate over 3 coordinates has a standard error of about 0.01.
+    """
+    thermostat = Thermostat(diffusion=2.0)
+    variance = long_run_variance(thermostat, thermostat.chain_inputs(np.ones(3), 1.0, {}))
+    assert abs(variance - 1.0) < 0.05
+    # The same chain with the thermostat held at A is SGHMC with friction A = 2.
+    from pymc_sgmcmc.samplers.sghmc import Underdamped
+
+    sghmc = Underdamped(friction=2.0, mass=1.0)
+    inputs = sghmc.chain_inputs(np.ones(3), 1.0, {})
+    assert long_run_variance(sghmc, inputs) > 1.15
+
+
+def test_thermostat_is_recorded_for_every_draw():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=500)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1)
+        pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
+        result = pm.sample(
+            draws=30,
+            tune=30,
+            step=SGNHT(batch_size=50),
+            chains=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    thermostat = np.asarray(result.sample_stats["thermostat"])
+    assert thermostat.shape == (1, 30)
+    assert np.all(np.isfinite(thermostat)) and np.all(thermostat > 0)
+    assert np.unique(thermostat).size > 1
+
+
+def test_cyclical_schedule_and_noise_switch():
+    schedule = CyclicalStepSize(maximum=1.0, cycle_length=8, exploration=0.25)
+    steps = np.arange(16)
+    np.testing.assert_allclose(schedule(steps)[[0, 4, 8]], [1.0, 0.5, 1.0])
+    assert schedule(steps)[7] == pytest.approx(0.5 * (np.cos(np.pi * 7 / 8) + 1))
+    np.testing.assert_array_equal(schedule.exploring(steps), np.tile([1, 1] + [0] * 6, 2) > 0)
+    assert schedule.sampling_maximum == pytest.approx(0.5 * (np.cos(np.pi / 4) + 1))
+    dynamics = CyclicalLangevin(cycle_draws=4, exploration=0.25)
+    tuned = dynamics.schedule(0.1, steps_per_draw=2)
+    assert tuned.cycle_length == 8 and tuned.sampling_maximum == pytest.approx(0.1)
+    values = dynamics.step_values(tuned, steps)
+    np.testing.assert_array_equal(values["noise_scale"], 1.0 - tuned.exploring(steps))
+    # No noise while exploring: a step at temperature 1 with zero gradient stays put.
+    inputs = dynamics.chain_inputs(np.ones(2), 1.0, {})
+    state = dynamics.initial_state(np.zeros(2), inputs, np.random.default_rng(0))
+    step = {**inputs, "step_size": 0.5, "noise_scale": 0.0}
+    new = dynamics.step(state, np.zeros(2), np.ones((1, 2)), step)
+    np.testing.assert_array_equal(new["position"], np.zeros(2))
+    assert new["exploring"] == 1.0
+
+
+def test_exploration_draws_are_marked_and_dropped():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=500)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1)
+        pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
+        result = pm.sample(
+            draws=80,
+            tune=20,
+            step=CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25),
+            chains=2,
+            cores=1,
+            random_seed=2,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    exploring = np.asarray(result.sample_stats["exploring"])
+    assert 0.1 < exploring.mean() < 0.4
+    from pymc_sgmcmc import sampling_draws
+
+    kept = sampling_draws(result)
+    assert kept["beta"].shape == (2, int((~exploring).sum(axis=1).min()))
+    first_chain = np.asarray(result.posterior["beta"])[0][~exploring[0]]
+    np.testing.assert_array_equal(np.asarray(kept["beta"])[0], first_chain[: kept.sizes["draw"]])
+
+
+@pytest.fixture(scope="module")
+def line():
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=200)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1)
+        pm.Normal("y", beta * x, 1, observed=2 * x + rng.normal(size=200))
+    return model
+
+
+def test_clipping_scales_the_gradient_to_the_threshold(line):
+    density = build_minibatch_log_density(line, line.value_vars)
+    kernel = Kernel(density, minibatch_gradient(density), Langevin)
+    gradient = pytensor.function([density.position, density.indices], density.gradient)
+    inputs = Langevin().chain_inputs(np.ones(1), 0.0, {})
+    indices = np.arange(50)[None, :]
+    start = np.array([-1.0])
+    full = gradient(start, indices[0])
+    for clip, expected in [(np.inf, full), (0.5, 0.5 * np.sign(full))]:
+        values = kernel.prepare({**inputs, "gradient_clip": clip}, 1)
+        result = kernel(
+            {"position": start},
+            indices,
+            np.zeros((1, 1, 1)),
+            {"step_size": np.array([0.01])},
+            values,
+        )
+        np.testing.assert_allclose(result.state["position"], start + 0.01 * expected, rtol=1e-12)
+        assert result.clipped_steps == (0 if clip == np.inf else 1)
+
+
+def test_clipping_is_recorded_and_checked(line):
+    with line:
+        for clip, clipped in [(None, 0.0), (1e-6, 1.0)]:
+            result = pm.sample(
+                draws=10,
+                tune=10,
+                step=SGLD(
+                    batch_size=20,
+                    clip_gradient=clip,
+                    step_size=1e-3,
+                    steps_per_draw=5,
+                    preconditioner=None,
+                    control_variate=False,
+                ),
+                chains=1,
+                random_seed=3,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+            np.testing.assert_array_equal(
+                np.asarray(result.sample_stats["gradient_clipped"]), clipped
+            )
+        with pytest.raises(ValueError, match="clip_gradient must be a positive number"):
+            SGLD(batch_size=20, clip_gradient=-1.0)
