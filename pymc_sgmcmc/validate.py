@@ -43,6 +43,7 @@ from pymc_sgmcmc.real_posteriors import (
     student_t_regression,
 )
 from pymc_sgmcmc.registry import SAMPLERS
+from pymc_sgmcmc.samplers.cyclical import posterior_draws
 
 __all__ = ["PANEL", "main", "run_panel"]
 
@@ -106,7 +107,7 @@ def run_panel(models, samplers, batch_size=100, draws=3000, tune=100, chains=2, 
                     compute_convergence_checks=False,
                 )
             seconds = time.perf_counter() - start
-            agreement = accuracy(result.posterior, panel.means, panel.sds)
+            agreement = accuracy(posterior_draws(result), panel.means, panel.sds)
             inner_steps = float(result.sample_stats["steps_per_draw"].sum())
             yield {
                 "model": panel.name.split(" N=")[0],

@@ -24,7 +24,7 @@ import pymc as pm
 import pytest
 from monte_carlo import assert_matches, assert_meets_bar, compare
 
-from pymc_sgmcmc import SGHMC, SGLD, sampling_draws
+from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.panel import (
     correlated_regression,
     logistic_regression,
@@ -32,6 +32,7 @@ from pymc_sgmcmc.panel import (
     nuts_reference,
 )
 from pymc_sgmcmc.registry import SAMPLERS
+from pymc_sgmcmc.samplers.cyclical import posterior_draws
 
 pytestmark = pytest.mark.statistical
 
@@ -45,11 +46,20 @@ EXACT = {
 }
 
 
+#: Cyclical SGLD leaves out its exploration draws, and its draws late in a cycle,
+#: at small step sizes, barely move: it needs twice the draws for the Monte
+#: Carlo precision the bar checks need.
+DRAWS_FACTOR = {"CyclicalSGLD": 2}
+
+
+def draws_for(sampler, draws):
+    """The draws ``sampler`` needs for the precision ``draws`` give the others."""
+    return draws * DRAWS_FACTOR.get(sampler.__name__, 1)
+
+
 def posterior(result):
     """The posterior draws, without a cyclical sampler's exploration stages."""
-    if "exploring" in result.sample_stats:
-        return sampling_draws(result)
-    return result.posterior
+    return posterior_draws(result)
 
 
 def sample(model, step, draws, seed, tune=100, chains=2):
@@ -188,7 +198,10 @@ def test_negative_control_wrong_scale(regression):
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
 def test_defaults_match_exact_regression(regression, sampler):
-    draws = posterior(sample(regression.model, lambda: sampler(batch_size=BATCH_SIZE), 2000, 5))
+    result = sample(
+        regression.model, lambda: sampler(batch_size=BATCH_SIZE), draws_for(sampler, 2000), 5
+    )
+    draws = posterior(result)
     assert_meets_bar(compare(draws, regression.means, regression.sds), f"{sampler.__name__}")
 
 
@@ -200,7 +213,7 @@ def test_defaults_match_the_tempered_posterior(sampler, temperature):
     def step():
         return sampler(batch_size=BATCH_SIZE, temperature=temperature)
 
-    draws = posterior(sample(known.model, step, 2000, 6))
+    draws = posterior(sample(known.model, step, draws_for(sampler, 2000), 6))
     comparison = compare(draws, known.means, tempered(known, temperature))
     assert_meets_bar(comparison, f"{sampler.__name__} tau={temperature}")
 
@@ -218,7 +231,12 @@ def test_defaults_match_a_strongly_correlated_posterior(strongly_correlated, sam
     A diagonal preconditioner needs the cap of 1,000 inner steps per draw here
     and still reaches an ESS of only a few dozen in 1,000 draws.
     """
-    result = sample(strongly_correlated.model, lambda: sampler(batch_size=BATCH_SIZE), 1500, 12)
+    result = sample(
+        strongly_correlated.model,
+        lambda: sampler(batch_size=BATCH_SIZE),
+        draws_for(sampler, 1500),
+        12,
+    )
     comparison = compare(posterior(result), strongly_correlated.means, strongly_correlated.sds)
     assert_meets_bar(comparison, f"{sampler.__name__} correlation -0.999")
     assert int(result.sample_stats["steps_per_draw"].max()) < 100
@@ -288,6 +306,9 @@ def logistic():
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
 def test_defaults_match_nuts_on_logistic_regression(logistic, sampler):
-    draws = posterior(sample(logistic.model, lambda: sampler(batch_size=BATCH_SIZE), 2000, 6))
+    result = sample(
+        logistic.model, lambda: sampler(batch_size=BATCH_SIZE), draws_for(sampler, 2000), 6
+    )
+    draws = posterior(result)
     comparison = compare(draws, logistic.means, logistic.sds, logistic.mean_se, logistic.sd_se)
     assert_meets_bar(comparison, f"{sampler.__name__} logistic N=5000")

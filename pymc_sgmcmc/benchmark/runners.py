@@ -17,6 +17,7 @@ import pymc as pm
 from pymc_sgmcmc.diagnostics import accuracy
 from pymc_sgmcmc.panel import PanelModel
 from pymc_sgmcmc.registry import SAMPLERS as STEP_METHODS
+from pymc_sgmcmc.samplers.cyclical import posterior_draws
 
 __all__ = ["NUTS_SAMPLERS", "SAMPLERS", "STOCHASTIC", "SamplerRun", "available", "run_sampler"]
 
@@ -102,7 +103,7 @@ class SamplerRun:
 
 def _coefficients(result, name: str) -> np.ndarray:
     """Return the draws of ``name`` as an array (chain, draw, coefficient)."""
-    values = np.asarray(result.posterior[name])
+    values = np.asarray(posterior_draws(result)[name])
     return values.reshape(*values.shape[:2], -1)
 
 
@@ -174,7 +175,7 @@ def run_sampler(
     (name,) = panel.means
     coefficients = _coefficients(result, name)
     flat = coefficients.reshape(-1, coefficients.shape[-1])
-    scores = accuracy(result.posterior, panel.means, panel.sds)
+    scores = accuracy(posterior_draws(result), panel.means, panel.sds)
     bulk = _ess(coefficients, "bulk")
     tail = _ess(coefficients, "tail")
 

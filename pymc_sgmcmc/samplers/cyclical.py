@@ -21,17 +21,25 @@ and the chain has forgotten its exploration stage for most of it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import xarray as xr
 
 from pymc_sgmcmc.dynamics import StateVariable
-from pymc_sgmcmc.samplers.sgld import Langevin
+from pymc_sgmcmc.samplers.sgld import Langevin, _LangevinGaussian
 from pymc_sgmcmc.schedules import CyclicalStepSize
 from pymc_sgmcmc.step_method import StochasticGradientStep
 
-__all__ = ["CyclicalLangevin", "CyclicalSGLD", "sampling_draws"]
+__all__ = ["CyclicalLangevin", "CyclicalSGLD", "posterior_draws", "sampling_draws"]
+
+
+def posterior_draws(data):
+    """Return the posterior draws of any run: without exploration stages where they are marked."""
+    if "exploring" in data["sample_stats"]:
+        return sampling_draws(data)
+    return data["posterior"]
 
 
 def sampling_draws(data) -> xr.Dataset:
@@ -70,6 +78,26 @@ def sampling_draws(data) -> xr.Dataset:
     return xr.Dataset(variables, coords=coordinates, attrs=dict(posterior.attrs))
 
 
+def sampling_stage_mean(exploration: float) -> float:
+    r"""Return the sampling stage's mean step size over its largest, for cosine cycles.
+
+    :math:`\int_\beta^1 (\cos \pi r + 1) dr / ((1 - \beta)(\cos \pi \beta + 1))`.
+    """
+    stage = 1.0 - exploration
+    integral = stage - np.sin(np.pi * exploration) / np.pi
+    return integral / (stage * (np.cos(np.pi * exploration) + 1.0))
+
+
+@dataclass(frozen=True)
+class _CyclicalGaussian(_LangevinGaussian):
+    """SGLD at the sampling stage's largest step size; relaxation at its mean step size."""
+
+    mean_factor: float
+
+    def relaxation(self, step_size, curvature):
+        return super().relaxation(step_size * self.mean_factor, curvature)
+
+
 class CyclicalLangevin(Langevin):
     r"""Langevin dynamics whose noise is switched off in the exploration stage.
 
@@ -105,6 +133,15 @@ class CyclicalLangevin(Langevin):
             "position": state["position"] + drift + inputs["noise_scale"] * diffusion,
             "exploring": 1.0 - inputs["noise_scale"],
         }
+
+    def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
+        """Return SGLD's model, relaxing at the sampling stage's mean step size.
+
+        The inflation is SGLD's at the stage's largest step; the inner steps
+        per draw follow the mean step, so a draw spans about one relaxation
+        time on average over the stage.
+        """
+        return _CyclicalGaussian(sampling_stage_mean(self.exploration))
 
     def initial_state(self, position, inputs, rng):
         """Start outside the exploration stage."""
