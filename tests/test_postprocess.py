@@ -11,6 +11,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from exact_posteriors import half_normal_scale
 
 from pymc_sgmcmc import SGLD, postprocess
 from pymc_sgmcmc.postprocess import (
@@ -223,16 +224,8 @@ def test_minibatch_zero_variance_mean_is_unbiased_with_less_reduction(gaussian):
 @pytest.fixture(scope="module")
 def half_normal():
     """sigma ~ HalfNormal(1), 50 rows ~ N(0, sigma): exact draws by inverse CDF on a fine grid."""
-    rows = np.random.default_rng(8).normal(0.0, 0.7, size=50)
-    with pm.Model() as model:
-        sigma = pm.HalfNormal("sigma", 1.0)
-        pm.Normal("y", 0.0, sigma, observed=rows)
-    grid = np.linspace(0.05, 3.0, 200_001)
-    log_density = -(grid**2) / 2 - rows.size * np.log(grid) - (rows**2).sum() / (2 * grid**2)
-    density = np.exp(log_density - log_density.max())
-    cdf = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(grid))])
-    mean = np.sum((grid[1:] + grid[:-1]) / 2 * np.diff(cdf)) / cdf[-1]
-    draws = np.interp(np.random.default_rng(9).uniform(size=(100, 200)), cdf / cdf[-1], grid)
+    model, inverse_cdf, mean = half_normal_scale(seed=8)
+    draws = inverse_cdf(np.random.default_rng(9).uniform(size=(100, 200)))
     return model, mean, draws
 
 

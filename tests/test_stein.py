@@ -10,6 +10,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from exact_posteriors import half_normal_scale
 
 from pymc_sgmcmc import stein
 from pymc_sgmcmc.postprocess import unconstrained_draws
@@ -137,16 +138,8 @@ def test_discrepancy_separates_wrong_draws(unit_scale):
 
 def test_standardized_discrepancy_of_a_constrained_variable():
     """sigma ~ HalfNormal(1), 50 rows: log(sigma) has sd 0.1, far below the kernel's c = 1."""
-    rows = np.random.default_rng(3).normal(0.0, 0.7, size=50)
-    with pm.Model() as model:
-        sigma = pm.HalfNormal("sigma", 1.0)
-        pm.Normal("y", 0.0, sigma, observed=rows)
-    grid = np.linspace(0.05, 3.0, 200_001)
-    log_density = -(grid**2) / 2 - rows.size * np.log(grid) - (rows**2).sum() / (2 * grid**2)
-    density = np.exp(log_density - log_density.max())
-    cdf = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(grid))])
-    uniforms = np.random.default_rng(4).uniform(size=(REPLICATIONS, DRAWS))
-    draws = np.interp(uniforms, cdf / cdf[-1], grid)
+    model, inverse_cdf, _ = half_normal_scale(seed=3)
+    draws = inverse_cdf(np.random.default_rng(4).uniform(size=(REPLICATIONS, DRAWS)))
     mean, sd = draws.mean(), draws.std()
 
     right = discrepancies(model, draws, standardize=True)
