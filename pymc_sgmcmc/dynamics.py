@@ -256,6 +256,15 @@ class Dynamics(ABC):
         """Return the per-step inputs of the steps numbered ``steps`` (by default the step size)."""
         return {"step_size": np.asarray(schedule(steps), dtype="float64")}
 
+    def draw_steps(self, schedule, first_step: int, steps: int) -> int:
+        """Return the inner steps of a draw that starts at step ``first_step``.
+
+        By default ``steps``, the draw's share of the tuned steps per draw.
+        Dynamics whose schedule has stages that must not end a draw (cyclical
+        SGLD's exploration) return more.
+        """
+        return steps
+
     def check_size(self, size: int) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if an option does not fit ``size`` coordinates (none by default)."""
 

@@ -526,6 +526,12 @@ class StochasticGradientStep(ArrayStepShared):
         independent = independent_draws(len(draws), settings.steps_per_draw, settings.relaxation)
         if independent < 2 * position.size:
             return
+        # A given step size predicted to inflate the variance beyond the budget
+        # (the user has been warned) spreads the draws by that inflation, not
+        # by the posterior: measuring the metric on them would widen the steps
+        # in the model's coordinates and compound the inflation.
+        if settings.predicted_inflation > self.choices.bias_budget:
+            return
         check = check_window(
             draws, settings.metric, independent, self.tuning, self.choices.temperature
         )
@@ -624,7 +630,9 @@ class StochasticGradientStep(ArrayStepShared):
         elif chain.readapt:
             self._adapt(position, start=False)
         settings = chain.settings
-        n_steps = self._steps_this_draw()
+        n_steps = self.dynamics.draw_steps(
+            settings.step_size, chain.steps_taken, self._steps_this_draw()
+        )
         step_values = self.dynamics.step_values(
             settings.step_size, chain.steps_taken + np.arange(n_steps)
         )

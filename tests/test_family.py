@@ -7,7 +7,8 @@
 - SGNHT's thermostat absorbs isotropic gradient noise: on a Gaussian target
   the position variance stays at the noise-free value, where SGHMC at the
   same friction is inflated by ``eta v / 2A``.
-- Cyclical SGLD's schedule, noise switch and ``exploring`` statistic.
+- Cyclical SGLD's schedule and noise switch; its exploration stage runs inside
+  a draw, or is recorded and marked by the ``exploring`` statistic.
 - Gradient clipping in the kernel, and its statistic.
 """
 
@@ -18,7 +19,7 @@ import pytensor.tensor as pt
 import pytest
 from rules import position_terms
 
-from pymc_sgmcmc import SGLD, SGNHT, CyclicalSGLD, CyclicalStepSize
+from pymc_sgmcmc import SGLD, SGNHT, ConstantStepSize, CyclicalSGLD, CyclicalStepSize
 from pymc_sgmcmc.estimators import minibatch_gradient
 from pymc_sgmcmc.kernel import Kernel
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
@@ -194,22 +195,56 @@ def test_cyclical_schedule_and_noise_switch():
     assert new["exploring"] == 1.0
 
 
-def test_exploration_draws_are_marked_and_dropped():
+def test_exploration_runs_inside_the_first_draw_of_each_cycle():
+    schedule = CyclicalStepSize(1.0, cycle_length=40, exploration=0.25)
+    dynamics = CyclicalLangevin(cycle_draws=8)
+    # Cycle start: the 10 exploration steps, then a draw's 5 sampling steps.
+    assert dynamics.draw_steps(schedule, 0, 5) == 15
+    assert dynamics.draw_steps(schedule, 15, 5) == 5
+    assert dynamics.draw_steps(schedule, 40, 5) == 15
+    # A draw that starts inside an exploration stage finishes it first.
+    assert dynamics.draw_steps(schedule, 3, 5) == 12
+    assert not schedule.exploring(np.arange(3, 15)[-5:]).any()
+    recording = CyclicalLangevin(cycle_draws=8, record_exploration=True)
+    assert recording.draw_steps(schedule, 0, 5) == 5
+    assert dynamics.draw_steps(ConstantStepSize(0.1), 0, 5) == 5
+
+
+def _cyclical_run(**options):
     rng = np.random.default_rng(5)
     x = rng.normal(size=500)
     with pm.Model():
         beta = pm.Normal("beta", 0, 1)
         pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
-        result = pm.sample(
+        return pm.sample(
             draws=80,
             tune=20,
-            step=CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25),
+            step=CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25, **options),
             chains=2,
             cores=1,
             random_seed=2,
             progressbar=False,
             compute_convergence_checks=False,
         )
+
+
+def test_by_default_every_recorded_draw_is_a_sampling_draw():
+    result = _cyclical_run()
+    assert not np.asarray(result.sample_stats["exploring"]).any()
+    steps = np.asarray(result.sample_stats["steps_per_draw"])
+    usual = np.median(steps)
+    # One long draw per cycle, 6 draws a cycle: the exploration stage is two
+    # draws' worth of steps, less the steps by which the chain's cycles are
+    # out of step with its draws after tuning.
+    long_draws = steps > usual
+    for chain_steps, chain_long in zip(steps, long_draws, strict=True):
+        assert len(set(chain_steps[chain_long])) == 1
+        assert usual < chain_steps[chain_long][0] <= 3 * usual
+    assert np.all(np.abs(long_draws.sum(axis=1) - 80 / 6) <= 1)
+
+
+def test_recorded_exploration_draws_are_marked_and_dropped():
+    result = _cyclical_run(record_exploration=True)
     exploring = np.asarray(result.sample_stats["exploring"])
     assert 0.1 < exploring.mean() < 0.4
     from pymc_sgmcmc import sampling_draws

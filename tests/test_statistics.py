@@ -33,22 +33,30 @@ from pymc_sgmcmc.panel import (
 )
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.cyclical import posterior_draws
+from pymc_sgmcmc.tuning.config import TuningConfig
 
 pytestmark = pytest.mark.statistical
 
 BATCH_SIZE = 100  # N / B = 20 at N = 2,000
-SAMPLER_IDS = list(SAMPLERS)
+
+
+def samplers(names=SAMPLERS):
+    """Parameters over the registered samplers ``names``; those beyond SGLD and SGHMC
+    carry the ``family`` mark.
+    """
+    return [
+        pytest.param(SAMPLERS[name], id=name, marks=[] if name in CORE else [pytest.mark.family])
+        for name in names
+    ]
+
+
+CORE = ("SGLD", "SGHMC")
 #: Samplers whose Gaussian model is their exact stationary law (the others' is a bound).
-EXACT = {
-    name: sampler
-    for name, sampler in SAMPLERS.items()
-    if sampler.dynamics_class.exact_gaussian_model
-}
+EXACT = [name for name, sampler in SAMPLERS.items() if sampler.dynamics_class.exact_gaussian_model]
 
 
-#: Cyclical SGLD leaves out its exploration draws, and its draws late in a cycle,
-#: at small step sizes, barely move: it needs twice the draws for the Monte
-#: Carlo precision the bar checks need.
+#: Cyclical SGLD's draws late in a cycle, at small step sizes, barely move: it
+#: needs twice the draws for the Monte Carlo precision the bar checks need.
 DRAWS_FACTOR = {"CyclicalSGLD": 2}
 
 
@@ -88,7 +96,7 @@ def gaussian():
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 0.1])
-@pytest.mark.parametrize("sampler", list(EXACT.values()), ids=list(EXACT))
+@pytest.mark.parametrize("sampler", samplers(EXACT))
 def test_measured_inflation_is_the_bias_budget(gaussian, sampler, temperature):
     """Minibatch noise fully on (N / B = 100, rows drawn independently), budget 0.3."""
     budget = 0.3
@@ -128,9 +136,14 @@ def test_measured_inflation_is_the_bias_budget_with_given_friction_and_mass(gaus
     assert_matches(comparison, f"SGHMC {options}", np.sqrt(1 + budget))
 
 
-def test_given_step_size_inflates_as_predicted(gaussian):
-    """A step size the user gives is kept; the recorded prediction is what the chain does."""
-    step_size = 2e-3
+@pytest.mark.parametrize(("step_size", "bounds"), [(2e-3, (0.1, 1.0)), (2e-2, (1.0, 5.0))])
+def test_given_step_size_inflates_as_predicted(gaussian, step_size, bounds):
+    """A step size the user gives is kept; the recorded prediction is what the chain does.
+
+    At several times the posterior variance the tune windows must leave the
+    metric alone: measured on inflated draws it would widen the steps and
+    compound the inflation.
+    """
 
     def step():
         return SGLD(
@@ -143,9 +156,16 @@ def test_given_step_size_inflates_as_predicted(gaussian):
 
     result = sample(gaussian.model, step, draws=2500, seed=12)
     predicted = float(result.sample_stats["predicted_inflation"][0, 0])
-    assert 0.1 < predicted < 1.0
+    assert bounds[0] < predicted < bounds[1]
     comparison = compare(result.posterior, gaussian.means, tempered(gaussian, 0.5))
-    assert_matches(comparison, "SGLD given step size", np.sqrt(1 + predicted))
+    # The prediction rests on the gradient noise measured from
+    # noise_points x noise_batches minibatch gradients: its relative standard
+    # error, sqrt(2 / count), carries over to the inflation.
+    config = TuningConfig()
+    relative = np.sqrt(2.0 / (config.noise_points * config.noise_batches))
+    expected = np.sqrt(1 + predicted)
+    expected_se = predicted * relative / (2 * expected)
+    assert_matches(comparison, "SGLD given step size", expected, expected_se)
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +216,7 @@ def test_negative_control_wrong_scale(regression):
         assert_meets_bar(comparison, "negative control: N/(2B)")
 
 
-@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
+@pytest.mark.parametrize("sampler", samplers())
 def test_defaults_match_exact_regression(regression, sampler):
     result = sample(
         regression.model, lambda: sampler(batch_size=BATCH_SIZE), draws_for(sampler, 2000), 5
@@ -206,7 +226,7 @@ def test_defaults_match_exact_regression(regression, sampler):
 
 
 @pytest.mark.parametrize("temperature", [0.5, 0.1])
-@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
+@pytest.mark.parametrize("sampler", samplers())
 def test_defaults_match_the_tempered_posterior(sampler, temperature):
     known = correlated_regression(n_rows=2000, correlation=0.5)
 
@@ -224,7 +244,7 @@ def strongly_correlated():
     return correlated_regression(n_rows=2000, correlation=0.999)
 
 
-@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
+@pytest.mark.parametrize("sampler", samplers())
 def test_defaults_match_a_strongly_correlated_posterior(strongly_correlated, sampler):
     """The dense metric whitens the posterior: the bar is met with few inner steps per draw.
 
@@ -239,7 +259,9 @@ def test_defaults_match_a_strongly_correlated_posterior(strongly_correlated, sam
     )
     comparison = compare(posterior(result), strongly_correlated.means, strongly_correlated.sds)
     assert_meets_bar(comparison, f"{sampler.__name__} correlation -0.999")
-    assert int(result.sample_stats["steps_per_draw"].max()) < 100
+    # The median: cyclical SGLD's first draw of each cycle also runs its
+    # exploration stage.
+    assert np.median(result.sample_stats["steps_per_draw"]) < 100
 
 
 def switching_regression(n_rows=5000, seed=0):
@@ -304,10 +326,13 @@ def logistic():
     return nuts_reference(logistic_regression(n_rows=5000))
 
 
-@pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=SAMPLER_IDS)
+@pytest.mark.parametrize("sampler", samplers())
 def test_defaults_match_nuts_on_logistic_regression(logistic, sampler):
+    # The NUTS reference's own Monte Carlo error takes part of the precision
+    # budget, so 2,000 draws per chain leave the samplers with the least ESS
+    # per draw too imprecise to judge the bar.
     result = sample(
-        logistic.model, lambda: sampler(batch_size=BATCH_SIZE), draws_for(sampler, 2000), 6
+        logistic.model, lambda: sampler(batch_size=BATCH_SIZE), draws_for(sampler, 4000), 6
     )
     draws = posterior(result)
     comparison = compare(draws, logistic.means, logistic.sds, logistic.mean_se, logistic.sd_se)

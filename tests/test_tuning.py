@@ -178,6 +178,22 @@ def test_control_variates_win_when_their_noise_is_small():
     assert settings.estimator == "control_variate"
 
 
+def test_at_a_given_step_size_the_estimator_within_the_budget_wins():
+    """Both estimators relax alike at a given step size; their noise decides."""
+    measurements = gaussian_measurements(noise=20.0)
+    given = choices(step_size=ConstantStepSize(0.01), estimators=("minibatch", "control_variate"))
+    settings = choose_settings(Langevin(), measurements, given)
+    assert settings.estimator == "control_variate"
+    assert settings.predicted_inflation == pytest.approx(
+        langevin_variance_inflation(0.01, 1.0, 20.0 / 100)
+    )
+    # Where the noise of neither fits the budget, the smaller inflation wins.
+    too_large = choices(
+        step_size=ConstantStepSize(1.0), estimators=("minibatch", "control_variate")
+    )
+    assert choose_settings(Langevin(), measurements, too_large).estimator == "control_variate"
+
+
 def test_zero_temperature_is_called_optimisation():
     settings = choose_settings(Langevin(), gaussian_measurements(1.0), choices(temperature=0.0))
     assert any("optimisation" in message for message in settings.warnings)

@@ -5,8 +5,7 @@ text (``/work/shared/seeds/004_9796e1534e7c1d1e.txt``): logistic regression
 with standard-normal covariates and a N(0, 1) prior, here N = 5,000 rows and
 D = 6 coefficients. Each sampler of :data:`pymc_sgmcmc.registry.SAMPLERS`
 runs with its defaults (only ``batch_size=100`` given), 2 chains of 1,000
-tuning and 3,000 kept draws like NUTS; CyclicalSGLD's
-exploration-stage draws are dropped with :func:`pymc_sgmcmc.sampling_draws`.
+tuning and 3,000 kept draws like NUTS.
 The figure shows, per coefficient and sampler, the difference of the
 posterior mean from NUTS's (``pm.sample`` with its defaults) in NUTS sds and
 the ratio of the sds, with bars of two Monte Carlo standard errors of both
@@ -28,7 +27,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pymc as pm
 
-from pymc_sgmcmc import sampling_draws
 from pymc_sgmcmc.diagnostics import monte_carlo_errors
 from pymc_sgmcmc.panel import logistic_regression
 from pymc_sgmcmc.registry import SAMPLERS
@@ -47,13 +45,6 @@ SETTINGS = {
 panel = logistic_regression(n_rows=5000, n_features=6)
 
 
-def beta_draws(result):
-    """Return the posterior of ``beta`` (sampling-stage draws only for CyclicalSGLD)."""
-    if "exploring" in result.sample_stats:
-        return sampling_draws(result)["beta"]
-    return result.posterior["beta"]
-
-
 summaries, seconds = {}, {}
 for name in ["NUTS", *SAMPLERS]:
     start = time.perf_counter()
@@ -61,7 +52,7 @@ for name in ["NUTS", *SAMPLERS]:
         step = {} if name == "NUTS" else {"step": SAMPLERS[name](batch_size=100)}
         result = pm.sample(**SETTINGS, **step)
     seconds[name] = time.perf_counter() - start
-    beta = np.asarray(beta_draws(result))
+    beta = np.asarray(result.posterior["beta"])
     flat = beta.reshape(-1, beta.shape[-1])
     errors = np.array([monte_carlo_errors(beta[..., j]) for j in range(beta.shape[-1])])
     summaries[name] = {

@@ -11,10 +11,16 @@ possibly a new one; the rest is the sampling stage, where it runs SGLD,
     \theta \leftarrow \theta + \eta_t P \hat g(\theta)
         + \sqrt{2 \eta_t \tau P}\, \xi.
 
-Draws whose last inner step belongs to an exploration stage are marked by the
-``exploring`` statistic; they are not posterior draws and the tune windows
-leave them out. The tuner chooses the largest step size of the sampling
-stage (at :math:`r = \beta`) from the bias budget as for SGLD, and a cycle of
+Exploration steps do not give posterior draws. By default a cycle's
+exploration stage runs inside the first draw of the cycle (that draw takes
+more inner steps), so every recorded draw ends in a sampling stage and
+``az.summary(idata)`` reads the posterior as it would for any other sampler.
+With ``record_exploration=True`` the exploration stage is recorded as draws
+of its own, marked by the ``exploring`` statistic, left out of the tune
+windows, and dropped by :func:`sampling_draws`.
+
+The tuner chooses the largest step size of the sampling stage (at
+:math:`r = \beta`) from the bias budget as for SGLD, and a cycle of
 ``cycle_draws`` draws, so the sampling stage spans several relaxation times
 and the chain has forgotten its exploration stage for most of it.
 """
@@ -104,9 +110,12 @@ class CyclicalLangevin(Langevin):
     Parameters
     ----------
     cycle_draws : int, default 40
-        Draws per cycle of the step size.
+        Length of a cycle of the step size, in draws of the tuned inner steps.
     exploration : float, default 0.25
         Fraction :math:`\beta` of every cycle spent exploring.
+    record_exploration : bool, default False
+        Record the exploration stage as draws (marked by ``exploring``)
+        instead of running it inside the first draw of each cycle.
     """
 
     name = "csgld"
@@ -115,13 +124,14 @@ class CyclicalLangevin(Langevin):
     stats: ClassVar[dict] = {"exploring": bool}
     exact_gaussian_model = False
 
-    def __init__(self, cycle_draws=40, exploration=0.25):
+    def __init__(self, cycle_draws=40, exploration=0.25, record_exploration=False):
         if isinstance(cycle_draws, bool) or not isinstance(cycle_draws, int) or cycle_draws < 2:
             raise ValueError(f"cycle_draws must be an integer >= 2, got {cycle_draws!r}.")
         if not 0 <= exploration < 1:
             raise ValueError(f"exploration must be in [0, 1), got {exploration!r}.")
         self.cycle_draws = cycle_draws
         self.exploration = float(exploration)
+        self.record_exploration = bool(record_exploration)
 
     @staticmethod
     def step(state, gradient, noise, inputs):
@@ -158,6 +168,21 @@ class CyclicalLangevin(Langevin):
             step_size * peak, self.cycle_draws * steps_per_draw, self.exploration
         )
 
+    def draw_steps(self, schedule, first_step, steps):
+        """Return the inner steps of a draw that starts at step ``first_step``.
+
+        ``steps``, unless the draw would end while exploring: then the rest of
+        the exploration stage and ``steps`` sampling steps after it. Recorded
+        exploration stages take ``steps`` per draw.
+        """
+        exploring = getattr(schedule, "exploring", None)
+        last = first_step + steps - 1
+        if self.record_exploration or exploring is None or not exploring(last):
+            return steps
+        cycle_start = last - last % schedule.cycle_length
+        sampling_start = cycle_start + int(np.ceil(schedule.exploration * schedule.cycle_length))
+        return int(sampling_start - first_step + steps)
+
     def step_values(self, schedule, steps):
         """Return the step sizes and the noise switch (off while exploring)."""
         exploring = getattr(schedule, "exploring", None)
@@ -173,8 +198,11 @@ class CyclicalSGLD(StochasticGradientStep):
 
     The step size follows cosine cycles of ``cycle_draws`` draws; in the
     first ``exploration`` fraction of each cycle the chain takes noise-free
-    gradient steps, then it runs SGLD. Drop the draws marked by
-    ``sample_stats.exploring`` before summarising:
+    gradient steps, then it runs SGLD. The exploration stage runs inside the
+    first draw of each cycle, so every recorded draw is a posterior draw and
+    a cycle records ``(1 - exploration) * cycle_draws`` of them. With
+    ``record_exploration=True`` the exploration stage is recorded too, marked
+    by ``sample_stats.exploring``; drop those draws before summarising:
     ``az.summary(sampling_draws(idata))`` (:func:`sampling_draws`).
 
     Parameters
@@ -185,6 +213,8 @@ class CyclicalSGLD(StochasticGradientStep):
         Draws per cycle.
     exploration : float, default 0.25
         Fraction of each cycle spent exploring.
+    record_exploration : bool, default False
+        Record the exploration stage's draws (marked by ``exploring``).
     step_size : float or schedule, optional
         A number is the largest step size of the sampling stage (the cycle
         starts :math:`2 / (1 + \cos \pi \beta)` times higher); a schedule such
@@ -197,7 +227,9 @@ class CyclicalSGLD(StochasticGradientStep):
     -----
     Besides the statistics of
     :class:`~pymc_sgmcmc.step_method.StochasticGradientStep`, ``exploring``
-    is True for draws that end in an exploration stage.
+    is True for draws that end in an exploration stage (only with
+    ``record_exploration=True``); ``steps_per_draw`` shows the longer first
+    draw of each cycle.
     """
 
     name = "csgld"

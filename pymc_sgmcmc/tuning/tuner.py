@@ -209,9 +209,16 @@ def choose_settings(
             step_size = constant or tuned
             relaxation = max(model.relaxation(step_size, a) for a in curvatures)
             cost = relaxation * config.estimator_cost[estimator] * metric_cost
+            # At a given step size every estimator relaxes alike; what tells
+            # them apart is how far their noise inflates the variance, so the
+            # ones within the budget come first, then the least inflation.
+            excess = 0.0
+            if constant is not None:
+                excess = max(model.inflation(step_size, a, noise / temperature) for a in curvatures)
+                excess = max(excess - choices.bias_budget, 0.0)
             candidates.append(
                 (
-                    cost,
+                    (excess, cost),
                     estimator,
                     noise,
                     step_size,
