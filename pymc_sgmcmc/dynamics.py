@@ -170,8 +170,10 @@ class Dynamics(ABC):
         temperature : float
             Temperature ``tau``.
         tuned : mapping
-            What the Gaussian model chose (:meth:`GaussianModel.chain_inputs`),
-            empty when nothing was measured.
+            What the Gaussian model chose (:meth:`GaussianModel.chain_inputs`)
+            and what the tuner measured: ``"mode"`` and ``"mean_square_gradient"``
+            (per coordinate, in the chain's coordinates) and the predicted
+            ``"relaxation"`` in inner steps; empty when nothing was measured.
         """
 
     def initial_state(
@@ -264,6 +266,10 @@ class Dynamics(ABC):
         SGLD's exploration) return more.
         """
         return steps
+
+    def over_budget_advice(self) -> str:
+        """Return the advice of the warning when no step size meets the bias budget."""
+        return "use control_variate=True, a larger batch_size or a larger bias_budget"
 
     def check_size(self, size: int) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if an option does not fit ``size`` coordinates (none by default)."""

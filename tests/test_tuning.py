@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from pymc_sgmcmc.samplers.psgld import MEMORY_RELAXATIONS, RMSpropLangevin
 from pymc_sgmcmc.samplers.sghmc import (
     Underdamped,
     underdamped_relaxation_steps,
@@ -230,3 +231,67 @@ def test_noise_estimate_stays_sound_when_dimensions_exceed_samples():
     small = sampled_noise_measurements(4, 256)
     expected = np.linalg.eigvalsh(small.noise_covariance["minibatch"]).max()
     assert small.noise("minibatch", np.ones(4)) == expected
+
+
+def simulate_rmsprop(step_size, decay, n_chains=2000, n_steps=8000, burn=2000, seed=0):
+    """Relative excess variance of pSGLD without its correction on N(0, 1), exact gradients.
+
+    Returns the estimate and its Monte Carlo sd: each chain's time average of
+    ``x^2`` after ``burn`` steps is an independent estimate.
+    """
+    rng = np.random.default_rng(seed)
+    state = {"position": rng.normal(size=n_chains), "square": np.ones(n_chains)}
+    inputs = {
+        "step_size": step_size,
+        "temperature": 1.0,
+        "preconditioner": 1.0,
+        "decay": decay,
+        "regularizer": 1e-5,
+        "correction": 0.0,
+    }
+    total = np.zeros(n_chains)
+    for step in range(n_steps):
+        gradient = -state["position"]
+        state = RMSpropLangevin.step(state, gradient, rng.normal(size=(1, n_chains)), inputs)
+        if step >= burn:
+            total += state["position"] ** 2
+    averages = total / (n_steps - burn)
+    return averages.mean() - 1, averages.std() / np.sqrt(n_chains)
+
+
+@pytest.mark.parametrize("decay", [0.99, 0.999])
+def test_rmsprop_memory_inflation_matches_simulation(decay):
+    """A running mean short against the relaxation time widens the chain as predicted.
+
+    At step size 0.05 the chain relaxes in about 20 steps; Li et al.'s decay
+    0.99 averages over 100, which the model predicts to inflate the variance
+    by 9% on top of the 2.6% of the discretization. The model's memory term is
+    first order, so beside 4 Monte Carlo sds it is allowed 10% of itself.
+    """
+    step_size = 0.05
+    measured, error = simulate_rmsprop(step_size, decay)
+    model = RMSpropLangevin(decay=decay).gaussian_model((1.0, 1.0), np.ones(1), TuningConfig())
+    predicted = model.inflation(step_size, 1.0, 0.0)
+    memory = predicted - langevin_variance_inflation(step_size, 1.0)
+    assert abs(measured - predicted) < 4 * error + 0.1 * memory
+    if decay == 0.99:
+        assert measured > 2 * 0.05
+
+
+def test_rmsprop_memory_is_chosen_from_the_relaxation_time():
+    measurements = gaussian_measurements(noise=20.0)
+    settings = choose_settings(RMSpropLangevin(), measurements, choices())
+    expected = 1 - 1 / (MEMORY_RELAXATIONS * settings.relaxation)
+    assert settings.inputs["decay"] == pytest.approx(expected)
+    assert settings.predicted_inflation <= 0.05 + 1e-9
+    assert not settings.warnings
+    # The running mean starts at its settled value: curvature plus noise.
+    np.testing.assert_allclose(settings.inputs["initial_square"], 1.0 + 20.0)
+
+
+def test_a_short_rmsprop_memory_is_warned_about():
+    measurements = gaussian_measurements(noise=0.0)
+    settings = choose_settings(RMSpropLangevin(decay=0.99), measurements, choices())
+    assert settings.predicted_inflation > 0.05
+    assert any("leave decay unset" in message for message in settings.warnings)
+    assert settings.inputs["decay"] == 0.99

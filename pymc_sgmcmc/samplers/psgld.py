@@ -33,6 +33,21 @@ gradient noise of variance :math:`v`, :math:`V` settles near
 :math:`\eta / (\lambda + \sqrt{\tau a + v})`. The tuner chooses :math:`\eta`
 from that picture, with the least-curved direction's (largest) scale applied
 to every direction, which bounds the inflation from above.
+
+That picture holds while :math:`V` averages over many relaxation times. A
+running mean over the last :math:`M = 1 / (1 - \alpha)` steps of a chain
+that relaxes in :math:`R` steps follows the chain's recent path: it is larger
+in the tails, where the gradient is larger, so :math:`G` is smaller there
+and the chain lingers. Without :math:`\Gamma` (which accounts only for the
+newest gradient) the chain then samples approximately
+:math:`p(\theta) / G(\theta)`, whose variance on a Gaussian target exceeds
+the posterior's by up to :math:`R / (R + 2M)`. Li et al.'s
+:math:`\alpha = 0.99` (:math:`M = 100`) gives 8% at :math:`R = 18`, a
+typical relaxation time. By default :class:`PSGLD` therefore chooses
+:math:`M` as ``memory_relaxations`` (100) times the relaxation time the tuner
+predicts, which bounds this term by :math:`1 / 201`, and starts :math:`V` at
+its settled value per coordinate (measured at the mode); a given ``decay``
+has its term counted in the step-size choice and in the predicted inflation.
 """
 
 from __future__ import annotations
@@ -50,14 +65,35 @@ from pymc_sgmcmc.step_method import StochasticGradientStep
 __all__ = ["PSGLD", "RMSpropLangevin"]
 
 
+MEMORY_RELAXATIONS = 100
+
+
+def memory_inflation(relaxation, memory):
+    """Return the variance inflation of a running mean of ``memory`` steps (module docstring).
+
+    Parameters
+    ----------
+    relaxation : float
+        Inner steps over which the chain relaxes.
+    memory : float
+        Steps the running mean of squared gradients averages over, ``1 / (1 - alpha)``.
+    """
+    return relaxation / (relaxation + 2.0 * memory)
+
+
 @dataclass(frozen=True)
 class _RMSpropGaussian:
-    """pSGLD on a Gaussian target: SGLD with the step size scaled by the settled ``G``."""
+    """pSGLD on a Gaussian target: SGLD with the step size scaled by the settled ``G``.
+
+    ``memory`` is the given running mean's length in steps, or None when it is
+    chosen as ``MEMORY_RELAXATIONS`` relaxation times.
+    """
 
     regularizer: float
     temperature: float
     smallest_curvature: float
     largest_curvature: float
+    memory: float | None
 
     def scale(self, curvature, noise=0.0):
         """Return the settled preconditioner ``G`` at ``curvature`` (``noise`` is ``v / tau``)."""
@@ -67,7 +103,11 @@ class _RMSpropGaussian:
         effective = step_size * self.scale(self.smallest_curvature, noise)
         if effective * curvature >= 2.0:
             return np.inf
-        return langevin_variance_inflation(effective, curvature, noise)
+        if self.memory is None:
+            path = memory_inflation(1.0, MEMORY_RELAXATIONS)
+        else:
+            path = memory_inflation(self.relaxation(step_size, curvature), self.memory)
+        return langevin_variance_inflation(effective, curvature, noise) + path
 
     def relaxation(self, step_size, curvature):
         contraction = abs(1.0 - step_size * self.scale(curvature) * curvature)
@@ -77,8 +117,7 @@ class _RMSpropGaussian:
         return 2.0 / (largest_curvature * self.scale(self.smallest_curvature))
 
     def chain_inputs(self):
-        settled = self.temperature * np.sqrt(self.smallest_curvature * self.largest_curvature)
-        return {"initial_square": float(settled)}
+        return {}
 
 
 class RMSpropLangevin(Dynamics):
@@ -86,8 +125,10 @@ class RMSpropLangevin(Dynamics):
 
     Parameters
     ----------
-    decay : float, default 0.99
-        Weight :math:`\alpha` of the past in the running mean.
+    decay : float, optional
+        Weight :math:`\alpha` of the past in the running mean. By default
+        :math:`1 - 1 / M` with :math:`M` 100 relaxation times of the chain
+        (see the module docstring); Li et al. use 0.99.
     regularizer : float, default 1e-5
         :math:`\lambda`, which bounds the preconditioner by ``1 / lambda``.
     correction : bool, default False
@@ -102,19 +143,19 @@ class RMSpropLangevin(Dynamics):
         ChainInput("preconditioner"),
         ChainInput("decay", scalar=True),
         ChainInput("regularizer", scalar=True),
-        ChainInput("initial_square", scalar=True),
+        ChainInput("initial_square"),
     )
     position_inputs = ("correction",)
     exact_gaussian_model = False
 
-    def __init__(self, decay=0.99, regularizer=1e-5, correction=False):
-        if not 0 < decay < 1:
-            raise ValueError(f"decay must be between 0 and 1, got {decay!r}.")
+    def __init__(self, decay=None, regularizer=1e-5, correction=False):
+        if decay is not None and not 0 < decay < 1:
+            raise ValueError(f"decay must be between 0 and 1, or None to choose it; got {decay!r}.")
         if not regularizer > 0:
             raise ValueError(f"regularizer must be positive, got {regularizer!r}.")
         if correction not in (True, False):
             raise ValueError(f"correction must be True or False, got {correction!r}.")
-        self.decay = float(decay)
+        self.decay = None if decay is None else float(decay)
         self.regularizer = float(regularizer)
         self.correction = bool(correction)
 
@@ -157,23 +198,42 @@ class RMSpropLangevin(Dynamics):
         return {"position": state["position"] + drift + diffusion, "square": square}
 
     def chain_inputs(self, preconditioner, temperature, tuned):
-        """Return the temperature, preconditioner, decay, regulariser and starting mean."""
+        """Return the temperature, preconditioner, decay, regulariser and starting mean.
+
+        The default decay keeps the running mean over ``MEMORY_RELAXATIONS``
+        predicted relaxation times; the mean starts at the measured mean square
+        gradient (1 where nothing was measured).
+        """
+        decay = self.decay
+        if decay is None:
+            relaxation = tuned.get("relaxation", 1.0)
+            decay = 1.0 - 1.0 / (MEMORY_RELAXATIONS * max(float(relaxation), 1.0))
+        square = tuned.get("mean_square_gradient")
+        if square is None:
+            square = np.ones_like(preconditioner, dtype=float)
         return {
             "temperature": np.float64(temperature),
             "preconditioner": preconditioner,
-            "decay": np.float64(self.decay),
+            "decay": np.float64(decay),
             "regularizer": np.float64(self.regularizer),
-            "initial_square": np.float64(tuned.get("initial_square", 1.0)),
+            "initial_square": np.asarray(square, dtype="float64"),
         }
 
     def initial_state(self, position, inputs, rng):
         """Start the running mean at its settled value on the Laplace picture."""
-        square = np.full(position.size, float(inputs["initial_square"]))
+        square = np.broadcast_to(inputs["initial_square"], position.shape).astype(float)
         return {"position": position, "square": square}
 
     def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
         """Return the settled-preconditioner model (see the module docstring)."""
-        return _RMSpropGaussian(self.regularizer, temperature, *curvatures)
+        memory = None if self.decay is None else 1.0 / (1.0 - self.decay)
+        return _RMSpropGaussian(self.regularizer, temperature, *curvatures, memory)
+
+    def over_budget_advice(self):
+        """Return the advice when no step size meets the budget."""
+        if self.decay is not None:
+            return "leave decay unset to have it chosen from the chain's relaxation time"
+        return super().over_budget_advice()
 
 
 class PSGLD(StochasticGradientStep):
@@ -196,8 +256,11 @@ class PSGLD(StochasticGradientStep):
     ----------
     vars : list of variables, optional
         Variables to sample; all continuous free variables by default.
-    decay : float, default 0.99
-        :math:`\alpha`.
+    decay : float, optional
+        :math:`\alpha`; by default chosen from the chain's relaxation time so
+        that the running mean's memory spans 100 relaxation times (Li et al.
+        use 0.99, which biases the variance upwards, see
+        :mod:`pymc_sgmcmc.samplers.psgld`).
     regularizer : float, default 1e-5
         :math:`\lambda`.
     correction : bool, default False

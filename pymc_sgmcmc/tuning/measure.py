@@ -115,6 +115,21 @@ class Measurements:
             largest = max(largest, float(np.max(np.einsum("ij,ik,kj->j", top, check, top))))
         return largest
 
+    def mean_square_gradient(self, estimator: str, factor, temperature: float) -> np.ndarray:
+        """Return the mean square of each coordinate of the gradient estimate at stationarity.
+
+        On the Laplace picture in the coordinates ``theta = A z``, the gradient
+        estimate at a draw of ``N(mode, tau H^-1)`` has second moment
+        ``tau diag(A' H A) + diag(A' C A)``, with ``C`` the noise covariance
+        of ``estimator``. Coordinates of non-positive curvature count the
+        smallest positive one.
+        """
+        factor = _as_factor(factor)
+        curvature = np.diag(-factor.T @ self.hessian @ factor)
+        curvature = np.maximum(curvature, self.curvatures(factor)[0])
+        noise = np.diag(factor.T @ self.noise_covariance[estimator] @ factor)
+        return temperature * curvature + np.maximum(noise, 0.0)
+
 
 def _as_factor(factor) -> np.ndarray:
     factor = np.asarray(factor, dtype=float)

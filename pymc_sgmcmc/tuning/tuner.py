@@ -127,6 +127,19 @@ def _largest_step_size(model, curvatures, noise, budget):
     if worst(high) <= budget:
         return high
     low = high * 1e-12
+    if worst(low) > budget:
+        # Inflation that grows as the step shrinks (e.g. a preconditioner
+        # whose memory is short against the chain's relaxation): take the
+        # largest step of a log grid within the budget, or the least inflated.
+        grid = np.geomspace(high * 1e-6, high, 121)
+        inflations = np.array([worst(step_size) for step_size in grid])
+        within = np.flatnonzero(inflations <= budget)
+        if within.size == 0:
+            return float(grid[np.argmin(inflations)])
+        low = grid[within[-1]]
+        high = grid[min(within[-1] + 1, grid.size - 1)]
+        if low == high:
+            return float(low)
     while high > (1.0 + 1e-9) * low:
         middle = np.sqrt(low * high)
         if worst(middle) <= budget:
@@ -227,10 +240,12 @@ def choose_settings(
                     preconditioner,
                     model,
                     curvatures,
+                    factor,
                 )
             )
     best = min(candidates, key=lambda c: c[0])
-    _, estimator, noise, step_size, relaxation, metric, preconditioner, model, curvatures = best
+    _, estimator, noise, step_size, relaxation, metric, preconditioner, model, curvatures = best[:9]
+    factor = best[9]
 
     steps_per_draw = choices.steps_per_draw or int(
         np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)
@@ -259,12 +274,23 @@ def choose_settings(
             f"variance by {100 * inflation:.0f}% (budget {100 * choices.bias_budget:.0f}%); "
             "leave step_size unset to have it chosen."
         )
+    elif given is None and inflation > choices.bias_budget:
+        warnings.append(
+            f"{sampler_name}: no step size keeps the predicted variance inflation within the "
+            f"bias budget ({100 * inflation:.0f}% against {100 * choices.bias_budget:.0f}%); "
+            f"{dynamics.over_budget_advice()}."
+        )
     if not measurements.log_concave:
         warnings.append(
             f"{sampler_name}: the Hessian at the mode found is not negative definite; the "
             "step-size rule assumes a roughly Gaussian posterior and may miss its bias budget."
         )
-    tuned = {**model.chain_inputs(), "mode": metric.to_coordinates(measurements.mode)}
+    tuned = {
+        **model.chain_inputs(),
+        "mode": metric.to_coordinates(measurements.mode),
+        "relaxation": float(relaxation),
+        "mean_square_gradient": measurements.mean_square_gradient(estimator, factor, temperature),
+    }
     inputs = dynamics.chain_inputs(preconditioner, choices.temperature, tuned)
     return ChainSettings(
         estimator,
