@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -32,6 +32,7 @@ from pymc_sgmcmc.tuning import (
     fixed_settings,
     measure,
 )
+from pymc_sgmcmc.tuning.measure import measure_at_draws
 from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
 
 __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
@@ -103,9 +104,13 @@ class ChainState:
     window : list of ndarray
         The tune draws of the current window.
     windows_closed : int
-        Tune windows closed so far.
+        Tune windows closed so far (counted again after travelling).
     tune_draws : int
-        Tune draws since the chain first adapted.
+        Tune draws since the chain first adapted, or since it last travelled.
+    travelling : bool
+        Whether the chain runs its first tune window at the travel budget
+        (it relaxed too slowly at its mode) and is to be measured again at
+        that window's draws.
     """
 
     batches: IndexStream
@@ -122,6 +127,7 @@ class ChainState:
     window: list = field(default_factory=list)
     windows_closed: int = 0
     tune_draws: int = 0
+    travelling: bool = False
 
 
 @dataclass_state
@@ -482,9 +488,74 @@ class StochasticGradientStep(ArrayStepShared):
             if start:
                 factor = measurements.laplace_factor
                 position = measurements.mode + factor @ self.rng.standard_normal(size)
-        self._start_from(position, chain.settings.warnings)
+                self._travel_if_slow()
+        messages = [] if chain.travelling else chain.settings.warnings
+        self._start_from(position, messages)
         chain.readapt = False
         return position
+
+    def _travel_if_slow(self) -> None:
+        """Run the first tune window at the travel budget if the chain is slow at its mode.
+
+        At a mode far from the posterior's mass (the joint mode of a
+        hierarchical model written non-centred, the neck of a funnel) the
+        gradient noise can be thousands of times the curvature, and the bias
+        budget then allows steps so small that the chain would not leave the
+        mode during tune. Its tune draws are discarded, so the first window
+        takes larger steps instead, and the chain is measured again at that
+        window's draws (:meth:`_finish_travel`).
+        """
+        chain, tuning, choices = self.chain, self.tuning, self.choices
+        if not (self.tune and self._uses_windows() and choices.step_size is None):
+            return
+        if not chain.settings.relaxation > tuning.slow_relaxation:
+            return
+        travel_choices = replace(
+            choices, bias_budget=max(tuning.travel_budget, choices.bias_budget)
+        )
+        travel = choose_settings(
+            self.dynamics, chain.measurements, travel_choices, tuning, type(self).__name__
+        )
+        if travel.relaxation < chain.settings.relaxation:
+            chain.settings = travel
+            chain.travelling = True
+
+    def _finish_travel(self, draws: np.ndarray, position: np.ndarray) -> None:
+        """Measure again around the travel window's draws and choose the chain's settings."""
+        chain = self.chain
+        name = type(self).__name__
+        before = chain.settings
+        chain.travelling = False
+        chain.window = []
+        previous = chain.measurements
+        if len(draws) >= self.tuning.windows[0] // 10:
+            chain.measurements = measure_at_draws(
+                previous, self.compiled.probe, draws, self.rng, self.choices.estimators, self.tuning
+            )
+        chain.centre = chain.measurements.centre
+        chain.steps_since_refresh = 0
+        chain.settings = choose_settings(
+            self.dynamics, chain.measurements, self.choices, self.tuning, name
+        )
+        _log.info(
+            "%s: the chain relaxed slowly where it was measured; it travelled %d tune draws "
+            "at a larger step size (%.3g) and was measured again where it went.",
+            name,
+            len(draws),
+            before.step_size.value,
+        )
+        # Still moving (the draws' mean several of their sds from where the
+        # chain was last measured) and still slow: travel on through the next window.
+        spread = np.std(draws, axis=0)
+        shift = np.abs(draws.mean(axis=0) - previous.mode)
+        moved = np.max(shift / np.where(spread > 0, spread, np.inf))
+        if moved > self.tuning.travel_shift:
+            self._travel_if_slow()
+        if not chain.travelling:
+            # The tune windows check the settings chosen where the chain arrived.
+            chain.windows_closed = 0
+            chain.tune_draws = 0
+        self._start_from(position, [] if chain.travelling else chain.settings.warnings)
 
     def _start_from(self, position: np.ndarray, messages) -> None:
         """Start the sampler state at ``position`` with the chain settings; queue ``messages``."""
@@ -514,6 +585,14 @@ class StochasticGradientStep(ArrayStepShared):
         """Add a tune draw to the current window; refine the settings when it closes."""
         chain, windows = self.chain, self.tuning.windows
         chain.tune_draws += 1
+        if chain.travelling:
+            # Travel windows go on past the checked ones, as long as tune lasts.
+            chain.window.append(position)
+            if len(chain.window) >= windows[min(chain.windows_closed, len(windows) - 1)]:
+                draws = np.array(chain.window)
+                chain.windows_closed += 1
+                self._finish_travel(draws, position)
+            return
         if chain.windows_closed >= len(windows) or not self._uses_windows():
             return
         chain.window.append(position)
@@ -567,6 +646,7 @@ class StochasticGradientStep(ArrayStepShared):
         """
         chain, tuning = self.chain, self.tuning
         settled = chain.tune_draws >= sum(tuning.windows) + tuning.settle_draws
+        settled = settled and not chain.travelling
         if self.tune and self.measures and settled and not self.density.other_blocks:
             return 1
         return chain.settings.steps_per_draw
@@ -629,6 +709,9 @@ class StochasticGradientStep(ArrayStepShared):
             position = self._adapt(position, start=True)
         elif chain.readapt:
             self._adapt(position, start=False)
+        if chain.travelling and not self.tune:
+            # The tune phase ended before the travel window closed.
+            self._finish_travel(np.array([*chain.window, position]), position)
         settings = chain.settings
         n_steps = self.dynamics.draw_steps(
             settings.step_size, chain.steps_taken, self._steps_this_draw()

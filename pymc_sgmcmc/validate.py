@@ -137,6 +137,13 @@ def main(argv=None) -> int:
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--draws", type=int, default=3000)
+    parser.add_argument(
+        "--tune",
+        type=int,
+        default=100,
+        help="tune draws per chain (PyMC's default is 1,000; chains that travel from a "
+        "mode far from the posterior's mass need more than 100)",
+    )
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--output", help="also write the table to this Markdown file")
     arguments = parser.parse_args(argv)
@@ -149,6 +156,7 @@ def main(argv=None) -> int:
         arguments.samplers,
         batch_size=arguments.batch_size,
         draws=arguments.draws,
+        tune=arguments.tune,
         chains=arguments.chains,
     ):
         rows.append(row)

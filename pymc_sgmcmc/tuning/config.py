@@ -50,7 +50,14 @@ class TuningConfig:
         Cap on the inner steps per recorded draw chosen from the relaxation time.
     slow_relaxation : float
         Relaxation time (inner steps) above which the step warns that the
-        bias budget forces tiny steps.
+        bias budget forces tiny steps, and above which a chain's first tune
+        window travels at ``travel_budget`` instead.
+    travel_budget, travel_shift : float
+        Bias budget of the first tune window of a chain that relaxes slowly at
+        its mode: larger steps take it to where the posterior's mass is, where
+        it is measured again. A chain still slow there travels through the
+        next window too, while its window's mean lies more than
+        ``travel_shift`` of the window's sds from where it was last measured.
     dense_size : int
         Most coordinates for which a dense metric is a candidate; beyond, a
         low-rank one is.
@@ -85,6 +92,8 @@ class TuningConfig:
     estimator_cost: dict = field(default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0})
     max_steps_per_draw: int = 1000
     slow_relaxation: float = 500.0
+    travel_budget: float = 1.0
+    travel_shift: float = 3.0
     dense_size: int = 200
     low_rank: int = 10
     low_rank_spread: float = 2.0

@@ -13,7 +13,7 @@ preconditioned coordinates, and the variance of each gradient estimator.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,7 +21,15 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 
-__all__ = ["Measurements", "find_mode", "measure", "measure_noise", "noise_fields"]
+__all__ = [
+    "Measurements",
+    "find_mode",
+    "laplace",
+    "measure",
+    "measure_at_draws",
+    "measure_noise",
+    "noise_fields",
+]
 
 _log = logging.getLogger("pymc")
 
@@ -359,15 +367,7 @@ def measure(
             "without adaptation, or start from a better initial point (initvals=...)."
         )
     centre = probe.centre(mode, likelihood_gradient)
-    try:
-        factor = np.linalg.cholesky(np.linalg.inv(-hessian))
-        log_concave = True
-        variance = np.sum(factor**2, axis=1)
-    except np.linalg.LinAlgError:
-        log_concave = False
-        diagonal = np.abs(np.diag(hessian))
-        variance = 1.0 / np.where(diagonal > 0, diagonal, 1.0)
-        factor = np.diag(np.sqrt(variance))
+    log_concave, variance, factor = laplace(hessian)
     points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
     halves = measure_noise(probe, points, batch_size, rng, estimators, centre, config)
     return Measurements(
@@ -379,4 +379,52 @@ def measure(
         factor,
         batch_size=batch_size,
         **noise_fields(halves, len(points), config),
+    )
+
+
+def laplace(hessian):
+    """Return whether ``hessian`` is negative definite, and the Laplace variances and factor.
+
+    Off log-concave regions the variances are ``1 / |diag(hessian)|`` and the
+    factor their diagonal square root.
+    """
+    try:
+        factor = np.linalg.cholesky(np.linalg.inv(-hessian))
+        return True, np.sum(factor**2, axis=1), factor
+    except np.linalg.LinAlgError:
+        diagonal = np.abs(np.diag(hessian))
+        variance = 1.0 / np.where(diagonal > 0, diagonal, 1.0)
+        return False, variance, np.diag(np.sqrt(variance))
+
+
+def measure_at_draws(
+    measurements: Measurements, probe: Probe, draws, rng, estimators, config: TuningConfig
+) -> Measurements:
+    """Return the measurements taken again around the mean of ``draws`` instead of the mode.
+
+    The Hessian is estimated at the draws' mean, which becomes the centre of
+    the Laplace picture (``mode``) and of the control variate, and the
+    gradient noise is measured at up to ``config.noise_points`` of the draws.
+    """
+    draws = np.asarray(draws, dtype=float)
+    middle = draws.mean(axis=0)
+    hessian = _hessian(probe, middle, rng, config)
+    if not np.all(np.isfinite(hessian)):
+        return measurements
+    log_concave, variance, factor = laplace(hessian)
+    centre = probe.centre(middle)
+    chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
+    halves = measure_noise(
+        probe, draws[chosen], measurements.batch_size, rng, estimators, centre, config
+    )
+    return replace(
+        measurements,
+        mode=middle,
+        centre=centre,
+        hessian=hessian,
+        log_concave=log_concave,
+        laplace_variance=variance,
+        laplace_factor=factor,
+        draw_covariance=None,
+        **noise_fields(halves, len(chosen), config),
     )
