@@ -524,7 +524,6 @@ class StochasticGradientStep(ArrayStepShared):
         """Measure again around the travel window's draws and choose the chain's settings."""
         chain = self.chain
         name = type(self).__name__
-        before = chain.settings
         chain.travelling = False
         chain.window = []
         previous = chain.measurements
@@ -539,10 +538,10 @@ class StochasticGradientStep(ArrayStepShared):
         )
         _log.info(
             "%s: the chain relaxed slowly where it was measured; it travelled %d tune draws "
-            "at a larger step size (%.3g) and was measured again where it went.",
+            "at a bias budget of %g and was measured again where it went.",
             name,
             len(draws),
-            before.step_size.value,
+            max(self.tuning.travel_budget, self.choices.bias_budget),
         )
         # Still moving (the draws' mean several of their sds from where the
         # chain was last measured) and still slow: travel on through the next window.

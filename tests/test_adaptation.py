@@ -12,6 +12,7 @@ from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.estimators import Probe, control_variate_gradient
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
+from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
 
 
@@ -221,3 +222,32 @@ def test_tune_draws_after_the_windows_take_one_inner_step():
     assert tuned[:full_length].min() > 1
     assert np.all(tuned[full_length:] == 1)
     assert np.all(kept == tuned[0])
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_every_sampler_travels_and_is_measured_again(name, caplog):
+    """With every chain counted as slow, the first tune window travels at the travel budget
+    and the settings are chosen again from its draws before the next tune draw.
+
+    A small bias budget makes the budget, not stability, bind the step size of every sampler,
+    so travelling takes larger steps.
+    """
+    config = TuningConfig(slow_relaxation=0.0)
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    with caplog.at_level(logging.INFO, logger="pymc"), panel.model:
+        result = pm.sample(
+            step=SAMPLERS[name](batch_size=50, bias_budget=0.005, tuning=config),
+            tune=config.windows[0] + 20,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            discard_tuned_samples=False,
+            compute_convergence_checks=False,
+        )
+    assert "travelled 100 tune draws at a bias budget of 1" in caplog.text
+    steps = np.asarray(result.warmup_sample_stats["step_size"])[0]
+    first, after = config.windows[0] - 1, config.windows[0] + 1
+    if name != "CyclicalSGLD":  # its step size varies along the cycle anyway
+        assert steps[after] < steps[first]
+    assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
