@@ -108,9 +108,9 @@ class ChainState:
     tune_draws : int
         Tune draws since the chain first adapted, or since it last travelled.
     travelling : bool
-        Whether the chain runs its first tune window at the travel budget
-        (it relaxed too slowly at its mode) and is to be measured again at
-        that window's draws.
+        Whether the chain runs its current tune window at the travel budget
+        (it relaxed too slowly where it was measured) and is to be measured
+        again at that window's draws.
     """
 
     batches: IndexStream
@@ -495,7 +495,7 @@ class StochasticGradientStep(ArrayStepShared):
         return position
 
     def _travel_if_slow(self) -> None:
-        """Run the first tune window at the travel budget if the chain is slow at its mode.
+        """Run the next tune window at the travel budget if the chain is slow where measured.
 
         At a mode far from the posterior's mass (the joint mode of a
         hierarchical model written non-centred, the neck of a funnel) the
