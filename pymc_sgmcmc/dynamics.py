@@ -87,8 +87,12 @@ class GaussianModel(Protocol):
         ``noise`` is the gradient-noise variance divided by the temperature.
         """
 
-    def relaxation(self, step_size: float, curvature: float) -> float:
-        """Return the inner steps over which the slowest mode at ``curvature`` decays by e."""
+    def relaxation(self, step_size: float, curvature: float, noise: float = 0.0) -> float:
+        """Return the inner steps over which the slowest mode at ``curvature`` decays by e.
+
+        ``noise`` (as for :meth:`inflation`) matters to samplers whose
+        preconditioner adapts to the gradient noise (pSGLD); the others ignore it.
+        """
 
     def largest_step_size(self, largest_curvature: float) -> float:
         """Return an upper bound of the stable step sizes."""

@@ -295,3 +295,31 @@ def test_a_short_rmsprop_memory_is_warned_about():
     assert settings.predicted_inflation > 0.05
     assert any("leave decay unset" in message for message in settings.warnings)
     assert settings.inputs["decay"] == 0.99
+
+
+def test_rmsprop_relaxation_counts_the_gradient_noise():
+    """Gradient noise of variance v settles the running mean near a + v, so the chain relaxes
+    sqrt(1 + v / a) times more slowly than on exact gradients; the model must say so, since
+    the relaxation time sets the inner steps per draw and the running mean's memory."""
+    rng = np.random.default_rng(1)
+    n_chains, noise, step_size, lag = 4000, 20.0, 0.05, 50
+    state = {"position": rng.normal(size=n_chains), "square": np.full(n_chains, 1.0 + noise)}
+    inputs = {
+        "step_size": step_size,
+        "temperature": 1.0,
+        "preconditioner": 1.0,
+        "decay": 0.9999,
+        "regularizer": 1e-5,
+        "correction": 0.0,
+    }
+    for step in range(2000 + lag):
+        if step == 2000:
+            start = state["position"].copy()
+        gradient = -state["position"] + np.sqrt(noise) * rng.normal(size=n_chains)
+        state = RMSpropLangevin.step(state, gradient, rng.normal(size=(1, n_chains)), inputs)
+    correlation = np.corrcoef(start, state["position"])[0, 1]
+    error = (1 - correlation**2) / np.sqrt(n_chains)
+    model = RMSpropLangevin(decay=0.9999).gaussian_model((1.0, 1.0), np.ones(1), TuningConfig())
+    predicted = np.exp(-lag / model.relaxation(step_size, 1.0, noise))
+    assert abs(correlation - predicted) < 4 * error
+    assert np.exp(-lag / model.relaxation(step_size, 1.0)) < predicted - 10 * error

@@ -100,8 +100,8 @@ class _CyclicalGaussian(_LangevinGaussian):
 
     mean_factor: float
 
-    def relaxation(self, step_size, curvature):
-        return super().relaxation(step_size * self.mean_factor, curvature)
+    def relaxation(self, step_size, curvature, noise=0.0):
+        return super().relaxation(step_size * self.mean_factor, curvature, noise)
 
 
 class CyclicalLangevin(Langevin):

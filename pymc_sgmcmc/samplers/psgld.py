@@ -106,11 +106,13 @@ class _RMSpropGaussian:
         if self.memory is None:
             path = memory_inflation(1.0, MEMORY_RELAXATIONS)
         else:
-            path = memory_inflation(self.relaxation(step_size, curvature), self.memory)
+            path = memory_inflation(self.relaxation(step_size, curvature, noise), self.memory)
         return langevin_variance_inflation(effective, curvature, noise) + path
 
-    def relaxation(self, step_size, curvature):
-        contraction = abs(1.0 - step_size * self.scale(curvature) * curvature)
+    def relaxation(self, step_size, curvature, noise=0.0):
+        # The settled preconditioner is smallest, and the chain slowest, where
+        # the gradient noise adds most to the running mean.
+        contraction = abs(1.0 - step_size * self.scale(curvature, noise) * curvature)
         return np.inf if contraction >= 1.0 else -1.0 / np.log(contraction)
 
     def largest_step_size(self, largest_curvature):

@@ -104,7 +104,7 @@ class _UnderdampedGaussian:
         )
         return float(np.max(values))
 
-    def relaxation(self, step_size, curvature):
+    def relaxation(self, step_size, curvature, noise=0.0):
         steps = underdamped_relaxation_steps(
             step_size * self.step_scales, self.frictions, curvature
         )

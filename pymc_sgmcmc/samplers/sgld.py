@@ -54,7 +54,7 @@ class _LangevinGaussian:
             return np.inf
         return langevin_variance_inflation(step_size, curvature, noise)
 
-    def relaxation(self, step_size, curvature):
+    def relaxation(self, step_size, curvature, noise=0.0):
         contraction = abs(1.0 - step_size * curvature)
         return np.inf if contraction >= 1.0 else -1.0 / np.log(contraction)
 

@@ -89,7 +89,7 @@ class _ThermostatGaussian:
         cold = self.diffusion / settled * (1.0 + quiet) - 1.0
         return max(hot, quiet, abs(cold))
 
-    def relaxation(self, step_size, curvature):
+    def relaxation(self, step_size, curvature, noise=0.0):
         return self._underdamped(self.diffusion).relaxation(step_size, curvature)
 
     def largest_step_size(self, largest_curvature):

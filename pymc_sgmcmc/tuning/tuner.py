@@ -220,7 +220,9 @@ def choose_settings(
             noise = measurements.noise(estimator, factor)
             tuned = _largest_step_size(model, curvatures, noise / temperature, choices.bias_budget)
             step_size = constant or tuned
-            relaxation = max(model.relaxation(step_size, a) for a in curvatures)
+            relaxation = max(
+                model.relaxation(step_size, a, noise / temperature) for a in curvatures
+            )
             cost = relaxation * config.estimator_cost[estimator] * metric_cost
             # At a given step size every estimator relaxes alike; what tells
             # them apart is how far their noise inflates the variance, so the
