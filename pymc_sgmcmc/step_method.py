@@ -510,15 +510,17 @@ class StochasticGradientStep(ArrayStepShared):
             return
         if not chain.settings.relaxation > tuning.slow_relaxation:
             return
-        travel_choices = replace(
-            choices, bias_budget=max(tuning.travel_budget, choices.bias_budget)
-        )
+        travel_choices = replace(choices, bias_budget=self._travel_budget())
         travel = choose_settings(
             self.dynamics, chain.measurements, travel_choices, tuning, type(self).__name__
         )
         if travel.relaxation < chain.settings.relaxation:
             chain.settings = travel
             chain.travelling = True
+
+    def _travel_budget(self) -> float:
+        """Return the bias budget a travelling window runs at (never below the user's)."""
+        return max(self.tuning.travel_budget, self.choices.bias_budget)
 
     def _finish_travel(self, draws: np.ndarray, position: np.ndarray) -> None:
         """Measure again around the travel window's draws and choose the chain's settings."""
@@ -541,7 +543,7 @@ class StochasticGradientStep(ArrayStepShared):
             "at a bias budget of %g and was measured again where it went.",
             name,
             len(draws),
-            max(self.tuning.travel_budget, self.choices.bias_budget),
+            self._travel_budget(),
         )
         # Still moving (the draws' mean several of their sds from where the
         # chain was last measured) and still slow: travel on through the next window.

@@ -233,6 +233,18 @@ def test_noise_estimate_stays_sound_when_dimensions_exceed_samples():
     assert small.noise("minibatch", np.ones(4)) == expected
 
 
+def rmsprop_inputs(step_size, decay):
+    """pSGLD's inputs on N(0, 1) at temperature 1, without its correction term."""
+    return {
+        "step_size": step_size,
+        "temperature": 1.0,
+        "preconditioner": 1.0,
+        "decay": decay,
+        "regularizer": 1e-5,
+        "correction": 0.0,
+    }
+
+
 def simulate_rmsprop(step_size, decay, n_chains=2000, n_steps=8000, burn=2000, seed=0):
     """Relative excess variance of pSGLD without its correction on N(0, 1), exact gradients.
 
@@ -241,14 +253,7 @@ def simulate_rmsprop(step_size, decay, n_chains=2000, n_steps=8000, burn=2000, s
     """
     rng = np.random.default_rng(seed)
     state = {"position": rng.normal(size=n_chains), "square": np.ones(n_chains)}
-    inputs = {
-        "step_size": step_size,
-        "temperature": 1.0,
-        "preconditioner": 1.0,
-        "decay": decay,
-        "regularizer": 1e-5,
-        "correction": 0.0,
-    }
+    inputs = rmsprop_inputs(step_size, decay)
     total = np.zeros(n_chains)
     for step in range(n_steps):
         gradient = -state["position"]
@@ -304,14 +309,7 @@ def test_rmsprop_relaxation_counts_the_gradient_noise():
     rng = np.random.default_rng(1)
     n_chains, noise, step_size, lag = 4000, 20.0, 0.05, 50
     state = {"position": rng.normal(size=n_chains), "square": np.full(n_chains, 1.0 + noise)}
-    inputs = {
-        "step_size": step_size,
-        "temperature": 1.0,
-        "preconditioner": 1.0,
-        "decay": 0.9999,
-        "regularizer": 1e-5,
-        "correction": 0.0,
-    }
+    inputs = rmsprop_inputs(step_size, 0.9999)
     for step in range(2000 + lag):
         if step == 2000:
             start = state["position"].copy()

@@ -28,6 +28,7 @@ __all__ = [
     "measure",
     "measure_at_draws",
     "measure_noise",
+    "noise_at_draws",
     "noise_fields",
 ]
 
@@ -319,6 +320,16 @@ def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Cen
     return result
 
 
+def noise_at_draws(probe: Probe, draws, batch_size, rng, estimators, centre: Centre, config):
+    """Measure the gradient noise at up to ``config.noise_points`` of ``draws``, evenly spread.
+
+    Returns the :class:`Measurements` fields (see :func:`noise_fields`).
+    """
+    chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
+    halves = measure_noise(probe, draws[chosen], batch_size, rng, estimators, centre, config)
+    return noise_fields(halves, len(chosen), config)
+
+
 def noise_fields(halves: dict, n_points: int, config: TuningConfig) -> dict:
     """Return the :class:`Measurements` fields holding what :func:`measure_noise` returned."""
     return {
@@ -369,7 +380,6 @@ def measure(
     centre = probe.centre(mode, likelihood_gradient)
     log_concave, variance, factor = laplace(hessian)
     points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
-    halves = measure_noise(probe, points, batch_size, rng, estimators, centre, config)
     return Measurements(
         mode,
         centre,
@@ -378,7 +388,7 @@ def measure(
         variance,
         factor,
         batch_size=batch_size,
-        **noise_fields(halves, len(points), config),
+        **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config),
     )
 
 
@@ -413,10 +423,7 @@ def measure_at_draws(
         return measurements
     log_concave, variance, factor = laplace(hessian)
     centre = probe.centre(middle)
-    chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
-    halves = measure_noise(
-        probe, draws[chosen], measurements.batch_size, rng, estimators, centre, config
-    )
+    noise = noise_at_draws(probe, draws, measurements.batch_size, rng, estimators, centre, config)
     return replace(
         measurements,
         mode=middle,
@@ -426,5 +433,5 @@ def measure_at_draws(
         laplace_variance=variance,
         laplace_factor=factor,
         draw_covariance=None,
-        **noise_fields(halves, len(chosen), config),
+        **noise,
     )

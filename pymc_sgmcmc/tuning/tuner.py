@@ -232,22 +232,23 @@ def choose_settings(
                 excess = max(model.inflation(step_size, a, noise / temperature) for a in curvatures)
                 excess = max(excess - choices.bias_budget, 0.0)
             candidates.append(
-                (
-                    (excess, cost),
-                    estimator,
-                    noise,
-                    step_size,
-                    relaxation,
-                    metric,
-                    preconditioner,
-                    model,
-                    curvatures,
-                    factor,
-                )
+                {
+                    "key": (excess, cost),
+                    "estimator": estimator,
+                    "noise": noise,
+                    "step_size": step_size,
+                    "relaxation": relaxation,
+                    "metric": metric,
+                    "preconditioner": preconditioner,
+                    "model": model,
+                    "curvatures": curvatures,
+                    "factor": factor,
+                }
             )
-    best = min(candidates, key=lambda c: c[0])
-    _, estimator, noise, step_size, relaxation, metric, preconditioner, model, curvatures = best[:9]
-    factor = best[9]
+    best = min(candidates, key=lambda candidate: candidate["key"])
+    estimator, noise, step_size = best["estimator"], best["noise"], best["step_size"]
+    relaxation, metric, preconditioner = best["relaxation"], best["metric"], best["preconditioner"]
+    model, curvatures, factor = best["model"], best["curvatures"], best["factor"]
 
     steps_per_draw = choices.steps_per_draw or int(
         np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)

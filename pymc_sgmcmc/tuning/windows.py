@@ -28,7 +28,7 @@ import numpy as np
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.metric import Metric
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.measure import Measurements, measure_noise, noise_fields
+from pymc_sgmcmc.tuning.measure import Measurements, noise_at_draws
 
 __all__ = ["WindowCheck", "check_window", "independent_draws", "refine"]
 
@@ -127,20 +127,13 @@ def refine(
     whitened = (check.eigenvectors * variances) @ check.eigenvectors.T
     covariance = factor @ whitened @ factor.T
     covariance = 0.5 * (covariance + covariance.T)
-    chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
-    halves = measure_noise(
-        probe,
-        draws[chosen],
-        measurements.batch_size,
-        rng,
-        estimators,
-        measurements.centre,
-        config,
+    noise = noise_at_draws(
+        probe, draws, measurements.batch_size, rng, estimators, measurements.centre, config
     )
     return replace(
         measurements,
         laplace_variance=np.diag(covariance).copy(),
         laplace_factor=np.linalg.cholesky(covariance),
         draw_covariance=covariance,
-        **noise_fields(halves, len(chosen), config),
+        **noise,
     )
