@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -19,21 +18,11 @@ from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.compiled_model import CompiledModel
 from pymc_sgmcmc.dynamics import Dynamics
-from pymc_sgmcmc.estimators import Centre
 from pymc_sgmcmc.kernel import as_state
 from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
 from pymc_sgmcmc.schedules import as_schedule
-from pymc_sgmcmc.tuning import (
-    ChainSettings,
-    Measurements,
-    TuningConfig,
-    UserChoices,
-    choose_settings,
-    fixed_settings,
-    measure,
-)
-from pymc_sgmcmc.tuning.measure import measure_at_draws
-from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
+from pymc_sgmcmc.tuning import TuningConfig, UserChoices
+from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 
 __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
 
@@ -73,61 +62,6 @@ def _positive_integer(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     return int(value)
-
-
-@dataclass
-class ChainState:
-    """Everything one chain carries from draw to draw.
-
-    Attributes
-    ----------
-    batches : IndexStream
-        The chain's stream of minibatch rows (with its current epoch).
-    settings : ChainSettings or None
-        What the chain samples with; ``None`` until it has adapted.
-    state : dict of str to ndarray or None
-        The sampler's state besides what PyMC holds (e.g. the momentum).
-    centre : Centre or None
-        The control-variate centre.
-    kernel_inputs : list of ndarray or None
-        The kernel's chain inputs, checked once.
-    steps_taken, steps_since_refresh : int
-        Inner steps so far, and since the control variate was last re-centred.
-    diverged : bool
-        Whether the state or its gradient became non-finite.
-    readapt : bool
-        Whether the chain measures again before its next draw.
-    warnings : list of SamplerWarning
-        Warnings not yet handed to PyMC (one per draw).
-    measurements : Measurements or None
-        What the chain measured, refined by its tune windows.
-    window : list of ndarray
-        The tune draws of the current window.
-    windows_closed : int
-        Tune windows closed so far (counted again after travelling).
-    tune_draws : int
-        Tune draws since the chain first adapted, or since it last travelled.
-    travelling : bool
-        Whether the chain runs its current tune window at the travel budget
-        (it relaxed too slowly where it was measured) and is to be measured
-        again at that window's draws.
-    """
-
-    batches: IndexStream
-    settings: ChainSettings | None = None
-    state: dict | None = None
-    centre: Centre | None = None
-    kernel_inputs: list | None = None
-    steps_taken: int = 0
-    steps_since_refresh: int = 0
-    diverged: bool = False
-    readapt: bool = False
-    warnings: list = field(default_factory=list)
-    measurements: Measurements | None = None
-    window: list = field(default_factory=list)
-    windows_closed: int = 0
-    tune_draws: int = 0
-    travelling: bool = False
 
 
 @dataclass_state
@@ -356,6 +290,18 @@ class StochasticGradientStep(ArrayStepShared):
             else _positive_integer("control_variate_refresh", control_variate_refresh)
         )
         self.measures = self._needs_measurements()
+        self.adapter = ChainAdapter(
+            type(self).__name__,
+            self.dynamics,
+            self.compiled.probe,
+            self.choices,
+            self.tuning,
+            self.batch_size,
+            self.measures,
+            ChainAdapter.uses_windows(
+                self.dynamics, self.choices, self.measures, self.density.other_blocks
+            ),
+        )
         # Compiled (with Numba, at its first call) before PyMC forks its chain
         # processes, so they share it.
         if self.measures:
@@ -460,103 +406,10 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _adapt(self, position: np.ndarray, start: bool) -> np.ndarray:
         """Measure the posterior if needed, fix the chain's settings, return where to start."""
-        chain, size = self.chain, position.size
-        if not self.measures:
-            chain.settings = fixed_settings(self.dynamics, self.choices, size)
-        else:
-            if start:
-                _log.info(
-                    "%s: tuning a chain (mode, curvature, gradient noise, step size) "
-                    "before its first draw.",
-                    type(self).__name__,
-                )
-            origin = self._dispersed_start(position) if start else position
-            measurements = measure(
-                self.compiled.probe,
-                self.batch_size,
-                self.rng,
-                origin,
-                self.choices.estimators,
-                self.tuning,
-            )
-            chain.settings = choose_settings(
-                self.dynamics, measurements, self.choices, self.tuning, type(self).__name__
-            )
-            chain.measurements = measurements
-            chain.centre = measurements.centre
-            chain.steps_since_refresh = 0
-            if start:
-                factor = measurements.laplace_factor
-                position = measurements.mode + factor @ self.rng.standard_normal(size)
-                self._travel_if_slow()
-        messages = [] if chain.travelling else chain.settings.warnings
+        position, messages = self.adapter.adapt(self.chain, position, self.rng, start, self.tune)
         self._start_from(position, messages)
-        chain.readapt = False
+        self.chain.readapt = False
         return position
-
-    def _travel_if_slow(self) -> None:
-        """Run the next tune window at the travel budget if the chain is slow where measured.
-
-        At a mode far from the posterior's mass (the joint mode of a
-        hierarchical model written non-centred, the neck of a funnel) the
-        gradient noise can be thousands of times the curvature, and the bias
-        budget then allows steps so small that the chain would not leave the
-        mode during tune. Its tune draws are discarded, so the first window
-        takes larger steps instead, and the chain is measured again at that
-        window's draws (:meth:`_finish_travel`).
-        """
-        chain, tuning, choices = self.chain, self.tuning, self.choices
-        if not (self.tune and self._uses_windows() and choices.step_size is None):
-            return
-        if not chain.settings.relaxation > tuning.slow_relaxation:
-            return
-        travel_choices = replace(choices, bias_budget=self._travel_budget())
-        travel = choose_settings(
-            self.dynamics, chain.measurements, travel_choices, tuning, type(self).__name__
-        )
-        if travel.relaxation < chain.settings.relaxation:
-            chain.settings = travel
-            chain.travelling = True
-
-    def _travel_budget(self) -> float:
-        """Return the bias budget a travelling window runs at (never below the user's)."""
-        return max(self.tuning.travel_budget, self.choices.bias_budget)
-
-    def _finish_travel(self, draws: np.ndarray, position: np.ndarray) -> None:
-        """Measure again around the travel window's draws and choose the chain's settings."""
-        chain = self.chain
-        name = type(self).__name__
-        chain.travelling = False
-        chain.window = []
-        previous = chain.measurements
-        if len(draws) >= self.tuning.windows[0] // 10:
-            chain.measurements = measure_at_draws(
-                previous, self.compiled.probe, draws, self.rng, self.choices.estimators, self.tuning
-            )
-        chain.centre = chain.measurements.centre
-        chain.steps_since_refresh = 0
-        chain.settings = choose_settings(
-            self.dynamics, chain.measurements, self.choices, self.tuning, name
-        )
-        _log.info(
-            "%s: the chain relaxed slowly where it was measured; it travelled %d tune draws "
-            "at a bias budget of %g and was measured again where it went.",
-            name,
-            len(draws),
-            self._travel_budget(),
-        )
-        # Still moving (the draws' mean several of their sds from where the
-        # chain was last measured) and still slow: travel on through the next window.
-        spread = np.std(draws, axis=0)
-        shift = np.abs(draws.mean(axis=0) - previous.mode)
-        moved = np.max(shift / np.where(spread > 0, spread, np.inf))
-        if moved > self.tuning.travel_shift:
-            self._travel_if_slow()
-        if not chain.travelling:
-            # The tune windows check the settings chosen where the chain arrived.
-            chain.windows_closed = 0
-            chain.tune_draws = 0
-        self._start_from(position, [] if chain.travelling else chain.settings.warnings)
 
     def _start_from(self, position: np.ndarray, messages) -> None:
         """Start the sampler state at ``position`` with the chain settings; queue ``messages``."""
@@ -568,108 +421,6 @@ class StochasticGradientStep(ArrayStepShared):
         chain.warnings.extend(
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
         )
-
-    def _uses_windows(self) -> bool:
-        """Whether tune draws refine the settings: only a metric the tuner chose is checked.
-
-        Not at temperature 0 (optimisation), whose draws have no spread.
-        """
-        return (
-            self.measures
-            and self.choices.preconditioner is None
-            and self.dynamics.accepts_metric()
-            and not self.density.other_blocks
-            and self.choices.temperature > 0
-        )
-
-    def _record_tune_draw(self, position: np.ndarray) -> None:
-        """Add a tune draw to the current window; refine the settings when it closes."""
-        chain, windows = self.chain, self.tuning.windows
-        chain.tune_draws += 1
-        if chain.travelling:
-            # Travel windows go on past the checked ones, as long as tune lasts.
-            chain.window.append(position)
-            if len(chain.window) >= windows[min(chain.windows_closed, len(windows) - 1)]:
-                draws = np.array(chain.window)
-                chain.windows_closed += 1
-                self._finish_travel(draws, position)
-            return
-        if chain.windows_closed >= len(windows) or not self._uses_windows():
-            return
-        chain.window.append(position)
-        if len(chain.window) < windows[chain.windows_closed]:
-            return
-        draws = np.array(chain.window)
-        chain.window = []
-        chain.windows_closed += 1
-        settings = chain.settings
-        independent = independent_draws(len(draws), settings.steps_per_draw, settings.relaxation)
-        if independent < 2 * position.size:
-            return
-        # A given step size predicted to inflate the variance beyond the budget
-        # (the user has been warned) spreads the draws by that inflation, not
-        # by the posterior: measuring the metric on them would widen the steps
-        # in the model's coordinates and compound the inflation.
-        if settings.predicted_inflation > self.choices.bias_budget:
-            return
-        check = check_window(
-            draws, settings.metric, independent, self.tuning, self.choices.temperature
-        )
-        if not check.disagrees:
-            return
-        chain.measurements = refine(
-            chain.measurements,
-            check,
-            settings.metric,
-            draws,
-            self.compiled.probe,
-            self.rng,
-            self.choices.estimators,
-            self.tuning,
-        )
-        name = type(self).__name__
-        chain.settings = choose_settings(
-            self.dynamics, chain.measurements, self.choices, self.tuning, name
-        )
-        messages = [
-            f"{name}: the tune draws' variance differs from the Laplace approximation at the "
-            f"mode by a factor {check.worst_ratio:.2g} along one direction; the metric, noise "
-            "and step size were measured again where the chain went.",
-            *(m for m in chain.settings.warnings if m not in settings.warnings),
-        ]
-        self._start_from(position, messages)
-
-    def _steps_this_draw(self) -> int:
-        """Inner steps of the next draw: one per tune draw once adaptation has settled.
-
-        Not in a compound step, where the other step methods tune against this
-        block's moves.
-        """
-        chain, tuning = self.chain, self.tuning
-        settled = chain.tune_draws >= sum(tuning.windows) + tuning.settle_draws
-        settled = settled and not chain.travelling
-        if self.tune and self.measures and settled and not self.density.other_blocks:
-            return 1
-        return chain.settings.steps_per_draw
-
-    def _dispersed_start(self, position: np.ndarray) -> np.ndarray:
-        """Return the chain's own starting point: ``position`` plus a uniform jitter.
-
-        The jitter shrinks by a factor 4 (eight times at most, then none) until
-        the gradient on a large minibatch is finite there: far from the mode
-        some models' gradients are not (e.g. a logistic likelihood whose
-        probabilities round to 0 or 1).
-        """
-        probe = self.compiled.probe
-        rows = min(self.tuning.hessian_rows, probe.n_rows)
-        indices = self.rng.choice(probe.n_rows, rows, replace=False)
-        jitter = self.tuning.start_jitter
-        for _ in range(8):
-            candidate = position + self.rng.uniform(-jitter, jitter, position.size)
-            if np.all(np.isfinite(probe.minibatch_gradient(candidate, indices))):
-                return candidate
-            jitter /= 4.0
-        return position
 
     def _prepare_kernel_inputs(self) -> None:
         chain = self.chain
@@ -712,10 +463,13 @@ class StochasticGradientStep(ArrayStepShared):
             self._adapt(position, start=False)
         if chain.travelling and not self.tune:
             # The tune phase ended before the travel window closed.
-            self._finish_travel(np.array([*chain.window, position]), position)
+            draws = np.array([*chain.window, position])
+            self._start_from(position, self.adapter.finish_travel(chain, draws, self.rng, False))
         settings = chain.settings
         n_steps = self.dynamics.draw_steps(
-            settings.step_size, chain.steps_taken, self._steps_this_draw()
+            settings.step_size,
+            chain.steps_taken,
+            self.adapter.steps_this_draw(chain, self.tune, self.density.other_blocks),
         )
         step_values = self.dynamics.step_values(
             settings.step_size, chain.steps_taken + np.arange(n_steps)
@@ -756,7 +510,9 @@ class StochasticGradientStep(ArrayStepShared):
         # Draws a sampler marks as exploration (cyclical SGLD) are not
         # posterior draws, so the tune windows leave them out.
         if self.tune and not chain.diverged and not stats.get("exploring", False):
-            self._record_tune_draw(result.position)
+            messages = self.adapter.record_tune_draw(chain, result.position, self.rng, True)
+            if messages is not None:
+                self._start_from(result.position, messages)
         return RaveledVars(result.position, q0.point_map_info), [stats]
 
     def _diverge(self, step_size: float) -> None:

@@ -1,0 +1,340 @@
+"""How one chain adapts while it tunes: measure at its start, check tune windows, travel.
+
+A chain measures the posterior before its first draw (:func:`measure`), from
+its own jittered start, and the tuner turns the measurements into settings.
+During ``tune`` its draws fill windows that are checked against the picture
+the settings rest on (:mod:`pymc_sgmcmc.tuning.windows`). A chain whose
+settings relax slowly where it was measured first travels: it runs a window
+at a larger bias budget and is measured again where it went.
+
+:class:`ChainAdapter` holds this logic for one step method; the step method
+keeps the sampler state and the kernel. Where the adapter changes a chain's
+settings it returns the messages to hand to PyMC, and the step method starts
+the sampler state again from the chain's position.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.estimators import Centre, Probe
+from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.measure import Measurements, measure, measure_at_draws
+from pymc_sgmcmc.tuning.tuner import ChainSettings, UserChoices, choose_settings, fixed_settings
+from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
+
+__all__ = ["ChainAdapter", "ChainState"]
+
+#: PyMC's logger, which PyMC shows at INFO level while it samples.
+_log = logging.getLogger("pymc")
+
+
+@dataclass
+class ChainState:
+    """Everything one chain carries from draw to draw.
+
+    Attributes
+    ----------
+    batches : IndexStream
+        The chain's stream of minibatch rows (with its current epoch).
+    settings : ChainSettings or None
+        What the chain samples with; ``None`` until it has adapted.
+    state : dict of str to ndarray or None
+        The sampler's state besides what PyMC holds (e.g. the momentum).
+    centre : Centre or None
+        The control-variate centre.
+    kernel_inputs : list of ndarray or None
+        The kernel's chain inputs, checked once.
+    steps_taken, steps_since_refresh : int
+        Inner steps so far, and since the control variate was last re-centred.
+    diverged : bool
+        Whether the state or its gradient became non-finite.
+    readapt : bool
+        Whether the chain measures again before its next draw.
+    warnings : list of SamplerWarning
+        Warnings not yet handed to PyMC (one per draw).
+    measurements : Measurements or None
+        What the chain measured, refined by its tune windows.
+    window : list of ndarray
+        The tune draws of the current window.
+    windows_closed : int
+        Tune windows closed so far (counted again after travelling).
+    tune_draws : int
+        Tune draws since the chain first adapted, or since it last travelled.
+    travelling : bool
+        Whether the chain runs its current tune window at the travel budget
+        (it relaxed too slowly where it was measured) and is to be measured
+        again at that window's draws.
+    """
+
+    batches: IndexStream
+    settings: ChainSettings | None = None
+    state: dict | None = None
+    centre: Centre | None = None
+    kernel_inputs: list | None = None
+    steps_taken: int = 0
+    steps_since_refresh: int = 0
+    diverged: bool = False
+    readapt: bool = False
+    warnings: list = field(default_factory=list)
+    measurements: Measurements | None = None
+    window: list = field(default_factory=list)
+    windows_closed: int = 0
+    tune_draws: int = 0
+    travelling: bool = False
+
+
+class ChainAdapter:
+    """The adaptation of a step method's chains.
+
+    Parameters
+    ----------
+    name : str
+        The step method's name, used in messages.
+    dynamics : Dynamics
+        The sampler's dynamics, whose tuning rule the tuner applies.
+    probe : Probe
+        The compiled gradients the measurements use.
+    choices : UserChoices
+        What the user fixed.
+    tuning : TuningConfig
+        The adaptation's constants.
+    batch_size : int
+        Rows per minibatch.
+    measures : bool
+        Whether chains measure the posterior (otherwise every setting was given).
+    windows : bool
+        Whether tune draws refine the settings (see :meth:`uses_windows`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        dynamics: Dynamics,
+        probe: Probe,
+        choices: UserChoices,
+        tuning: TuningConfig,
+        batch_size: int,
+        measures: bool,
+        windows: bool,
+    ):
+        self.name = name
+        self.dynamics = dynamics
+        self.probe = probe
+        self.choices = choices
+        self.tuning = tuning
+        self.batch_size = batch_size
+        self.measures = measures
+        self.windows = windows
+
+    @staticmethod
+    def uses_windows(dynamics: Dynamics, choices: UserChoices, measures: bool, other_blocks):
+        """Whether tune draws refine the settings: only a metric the tuner chose is checked.
+
+        Not in a compound step (the other blocks move under this one), nor at
+        temperature 0 (optimisation), whose draws have no spread.
+        """
+        return (
+            measures
+            and choices.preconditioner is None
+            and dynamics.accepts_metric()
+            and not other_blocks
+            and choices.temperature > 0
+        )
+
+    def adapt(self, chain: ChainState, position, rng, start: bool, tune: bool):
+        """Measure the posterior if needed and fix the chain's settings.
+
+        Returns
+        -------
+        position : ndarray
+            Where the chain starts: a draw from the Laplace approximation at
+            its mode when ``start``, else ``position``.
+        messages : list of str
+            The warnings to hand to PyMC.
+        """
+        size = position.size
+        if not self.measures:
+            chain.settings = fixed_settings(self.dynamics, self.choices, size)
+        else:
+            if start:
+                _log.info(
+                    "%s: tuning a chain (mode, curvature, gradient noise, step size) "
+                    "before its first draw.",
+                    self.name,
+                )
+            origin = self.dispersed_start(position, rng) if start else position
+            measurements = measure(
+                self.probe, self.batch_size, rng, origin, self.choices.estimators, self.tuning
+            )
+            chain.settings = choose_settings(
+                self.dynamics, measurements, self.choices, self.tuning, self.name
+            )
+            chain.measurements = measurements
+            chain.centre = measurements.centre
+            chain.steps_since_refresh = 0
+            if start:
+                factor = measurements.laplace_factor
+                position = measurements.mode + factor @ rng.standard_normal(size)
+                self.travel_if_slow(chain, tune)
+        return position, [] if chain.travelling else chain.settings.warnings
+
+    def travel_if_slow(self, chain: ChainState, tune: bool) -> None:
+        """Run the next tune window at the travel budget if the chain is slow where measured.
+
+        At a mode far from the posterior's mass (the joint mode of a
+        hierarchical model written non-centred, the neck of a funnel) the
+        gradient noise can be thousands of times the curvature, and the bias
+        budget then allows steps so small that the chain would not leave the
+        mode during tune. Its tune draws are discarded, so the first window
+        takes larger steps instead, and the chain is measured again at that
+        window's draws (:meth:`finish_travel`).
+        """
+        if not (tune and self.windows and self.choices.step_size is None):
+            return
+        if not chain.settings.relaxation > self.tuning.slow_relaxation:
+            return
+        travel_choices = replace(self.choices, bias_budget=self.travel_budget())
+        travel = choose_settings(
+            self.dynamics, chain.measurements, travel_choices, self.tuning, self.name
+        )
+        if travel.relaxation < chain.settings.relaxation:
+            chain.settings = travel
+            chain.travelling = True
+
+    def travel_budget(self) -> float:
+        """Return the bias budget a travelling window runs at (never below the user's)."""
+        return max(self.tuning.travel_budget, self.choices.bias_budget)
+
+    def finish_travel(self, chain: ChainState, draws: np.ndarray, rng, tune: bool) -> list:
+        """Measure again around the travel window's draws; return the messages for PyMC."""
+        chain.travelling = False
+        chain.window = []
+        previous = chain.measurements
+        if len(draws) >= self.tuning.windows[0] // 10:
+            chain.measurements = measure_at_draws(
+                previous, self.probe, draws, rng, self.choices.estimators, self.tuning
+            )
+        chain.centre = chain.measurements.centre
+        chain.steps_since_refresh = 0
+        chain.settings = choose_settings(
+            self.dynamics, chain.measurements, self.choices, self.tuning, self.name
+        )
+        _log.info(
+            "%s: the chain relaxed slowly where it was measured; it travelled %d tune draws "
+            "at a bias budget of %g and was measured again where it went.",
+            self.name,
+            len(draws),
+            self.travel_budget(),
+        )
+        # Still moving (the draws' mean several of their sds from where the
+        # chain was last measured) and still slow: travel on through the next window.
+        spread = np.std(draws, axis=0)
+        shift = np.abs(draws.mean(axis=0) - previous.mode)
+        moved = np.max(shift / np.where(spread > 0, spread, np.inf))
+        if moved > self.tuning.travel_shift:
+            self.travel_if_slow(chain, tune)
+        if not chain.travelling:
+            # The tune windows check the settings chosen where the chain arrived.
+            chain.windows_closed = 0
+            chain.tune_draws = 0
+        return [] if chain.travelling else chain.settings.warnings
+
+    def record_tune_draw(self, chain: ChainState, position, rng, tune: bool):
+        """Add a tune draw to the current window; refine the settings when it closes.
+
+        Returns
+        -------
+        list of str or None
+            ``None`` where the settings are unchanged; otherwise the messages
+            for PyMC, and the sampler state is to start again at ``position``.
+        """
+        windows = self.tuning.windows
+        chain.tune_draws += 1
+        if chain.travelling:
+            # Travel windows go on past the checked ones, as long as tune lasts.
+            chain.window.append(position)
+            if len(chain.window) >= windows[min(chain.windows_closed, len(windows) - 1)]:
+                draws = np.array(chain.window)
+                chain.windows_closed += 1
+                return self.finish_travel(chain, draws, rng, tune)
+            return None
+        if chain.windows_closed >= len(windows) or not self.windows:
+            return None
+        chain.window.append(position)
+        if len(chain.window) < windows[chain.windows_closed]:
+            return None
+        draws = np.array(chain.window)
+        chain.window = []
+        chain.windows_closed += 1
+        settings = chain.settings
+        independent = independent_draws(len(draws), settings.steps_per_draw, settings.relaxation)
+        if independent < 2 * position.size:
+            return None
+        # A given step size predicted to inflate the variance beyond the budget
+        # (the user has been warned) spreads the draws by that inflation, not
+        # by the posterior: measuring the metric on them would widen the steps
+        # in the model's coordinates and compound the inflation.
+        if settings.predicted_inflation > self.choices.bias_budget:
+            return None
+        check = check_window(
+            draws, settings.metric, independent, self.tuning, self.choices.temperature
+        )
+        if not check.disagrees:
+            return None
+        chain.measurements = refine(
+            chain.measurements,
+            check,
+            settings.metric,
+            draws,
+            self.probe,
+            rng,
+            self.choices.estimators,
+            self.tuning,
+        )
+        chain.settings = choose_settings(
+            self.dynamics, chain.measurements, self.choices, self.tuning, self.name
+        )
+        return [
+            f"{self.name}: the tune draws' variance differs from the Laplace approximation at "
+            f"the mode by a factor {check.worst_ratio:.2g} along one direction; the metric, "
+            "noise and step size were measured again where the chain went.",
+            *(m for m in chain.settings.warnings if m not in settings.warnings),
+        ]
+
+    def steps_this_draw(self, chain: ChainState, tune: bool, other_blocks) -> int:
+        """Inner steps of the next draw: one per tune draw once adaptation has settled.
+
+        Not in a compound step, where the other step methods tune against this
+        block's moves.
+        """
+        tuning = self.tuning
+        settled = chain.tune_draws >= sum(tuning.windows) + tuning.settle_draws
+        settled = settled and not chain.travelling
+        if tune and self.measures and settled and not other_blocks:
+            return 1
+        return chain.settings.steps_per_draw
+
+    def dispersed_start(self, position: np.ndarray, rng) -> np.ndarray:
+        """Return the chain's own starting point: ``position`` plus a uniform jitter.
+
+        The jitter shrinks by a factor 4 (eight times at most, then none) until
+        the gradient on a large minibatch is finite there: far from the mode
+        some models' gradients are not (e.g. a logistic likelihood whose
+        probabilities round to 0 or 1).
+        """
+        probe = self.probe
+        rows = min(self.tuning.hessian_rows, probe.n_rows)
+        indices = rng.choice(probe.n_rows, rows, replace=False)
+        jitter = self.tuning.start_jitter
+        for _ in range(8):
+            candidate = position + rng.uniform(-jitter, jitter, position.size)
+            if np.all(np.isfinite(probe.minibatch_gradient(candidate, indices))):
+                return candidate
+            jitter /= 4.0
+        return position
