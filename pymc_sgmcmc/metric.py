@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-import scipy.linalg
+from scipy.linalg.lapack import dtrtrs
 
 __all__ = [
     "METRICS",
@@ -189,8 +189,21 @@ class DenseMetric(Metric):
         return {"metric_shift": self.shift, "metric_factor": self.cholesky}
 
     def to_coordinates(self, position):
-        """Return ``z = A^-1 (theta - shift)``."""
-        return scipy.linalg.solve_triangular(self.cholesky, position - self.shift, lower=True)
+        """Return ``z = A^-1 (theta - shift)``.
+
+        LAPACK's triangular solve, called as :func:`scipy.linalg.solve_triangular`
+        calls it but without its checks of the inputs, which cost several times
+        the solve itself once per draw.
+        """
+        cholesky = self.cholesky
+        if cholesky.flags.f_contiguous:
+            coordinates, info = dtrtrs(cholesky, position - self.shift, lower=True)
+        else:
+            # LAPACK reads Fortran order: solve with the transpose of the transpose.
+            coordinates, info = dtrtrs(cholesky.T, position - self.shift, lower=False, trans=1)
+        if info != 0:
+            raise np.linalg.LinAlgError("The metric's Cholesky factor is singular.")
+        return coordinates
 
     def factor(self, size):
         """Return ``A`` as a dense matrix."""

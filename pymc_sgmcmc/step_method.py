@@ -20,7 +20,7 @@ from pymc_sgmcmc.compiled_model import CompiledModel
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.kernel import as_state
 from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
-from pymc_sgmcmc.schedules import as_schedule
+from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 
@@ -475,7 +475,10 @@ class StochasticGradientStep(ArrayStepShared):
             settings.step_size, chain.steps_taken + np.arange(n_steps)
         )
         step_sizes = step_values["step_size"]
-        if not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
+        # A constant step size was checked when it was made; a schedule's
+        # values are checked at every draw.
+        constant = isinstance(settings.step_size, ConstantStepSize)
+        if not constant and not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
             raise ValueError(
                 f"The step-size schedule {settings.step_size!r} gave a value that is not a "
                 "positive finite number; a schedule must return step sizes > 0."

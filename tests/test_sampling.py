@@ -101,6 +101,18 @@ def test_schedule_decays_across_the_chain_and_restarts_per_chain(model):
     np.testing.assert_allclose(step_sizes[0, 0], 1e-4 / 11**0.55)
 
 
+def test_a_schedule_value_that_is_not_a_positive_step_size_is_refused(model):
+    def schedule(steps):
+        return np.where(np.asarray(steps) < 3, 1e-4, -1e-4)
+
+    with model:
+        step = SGLD(batch_size=50, step_size=schedule, steps_per_draw=1)
+        with pytest.raises(ValueError, match="a schedule must return step sizes > 0"):
+            pm.sample(
+                step=step, draws=10, tune=0, chains=1, cores=1, random_seed=1, progressbar=False
+            )
+
+
 def test_divergence_stops_the_chain_and_warns(model, caplog):
     with model, caplog.at_level(logging.WARNING, logger="pymc"):
         step = SGLD(batch_size=50, step_size=10.0)

@@ -1,0 +1,129 @@
+"""Time per recorded draw outside the fused kernel: the step method's and PyMC's.
+
+``python -m pymc_sgmcmc.benchmark.overhead`` samples the benchmark's logistic
+regression (D = 10, B = 100) with each named sampler and its defaults, and
+times every recorded draw three ways: the whole iteration of ``pm.sample``,
+the step method's ``astep``, and the compiled kernel call inside it. Two runs
+of different lengths from the same compiled step are differenced, so the
+chain's adaptation at its first draw and every other fixed cost cancel.
+The time outside the kernel splits into the step method's own work
+(minibatch indices, random numbers, the metric's map, statistics) and
+PyMC's (recording the draw, its sampling loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+import pymc as pm
+
+from pymc_sgmcmc.panel import logistic_regression
+from pymc_sgmcmc.registry import SAMPLERS
+
+__all__ = ["measure_overhead"]
+
+
+class _Timed:
+    """A callable that adds up the wall time of its calls."""
+
+    def __init__(self, function):
+        self.function = function
+        self.seconds = 0.0
+
+    def __call__(self, *arguments):
+        start = time.perf_counter()
+        try:
+            return self.function(*arguments)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def _timed_run(step, model, draws, seed):
+    """Return the seconds of ``pm.sample``, of ``astep`` and of the kernels, and the steps."""
+    astep = step.astep = _Timed(type(step).astep.__get__(step))
+    kernels = [kernel._function for kernel in step.compiled._kernels.values()]
+    seconds = [kernel.seconds for kernel in kernels]
+    start = time.perf_counter()
+    with model:
+        idata = pm.sample(
+            step=step,
+            tune=0,
+            draws=draws,
+            chains=1,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    total = time.perf_counter() - start
+    kernel = sum(k.seconds - s for k, s in zip(kernels, seconds, strict=True))
+    steps = int(idata.sample_stats["steps_per_draw"].values.sum())
+    return total, astep.seconds, kernel, steps
+
+
+def measure_overhead(samplers=("SGLD", "SGHMC"), n_rows=5_000, draws=(200, 5_200), seed=0):
+    """Return, per sampler, the microseconds per recorded draw in and around the kernel.
+
+    Parameters
+    ----------
+    samplers : sequence of str
+        Names in :data:`pymc_sgmcmc.registry.SAMPLERS`.
+    n_rows : int
+        Rows of the logistic regression.
+    draws : tuple of int
+        The lengths of the two runs that are differenced.
+
+    Returns
+    -------
+    dict of str to dict
+        For each sampler: ``total``, ``kernel``, ``step_method`` (``astep``
+        outside the kernel) and ``pymc`` (the rest of ``pm.sample``'s loop),
+        in microseconds per draw, and ``inner_steps`` per draw.
+    """
+    model = logistic_regression(n_rows=n_rows, seed=seed).model
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    results = {}
+    for name in samplers:
+        with model:
+            step = SAMPLERS[name]()
+        # Adapt and compile once, then wrap the compiled kernels' calls.
+        _timed_run(step, model, 10, seed)
+        for kernel in step.compiled._kernels.values():
+            kernel._function = _Timed(kernel._function)
+        short, long = (_timed_run(step, model, n, seed + 1) for n in draws)
+        per_draw = [(b - a) / (draws[1] - draws[0]) * 1e6 for a, b in zip(short, long, strict=True)]
+        total, astep, kernel, steps = per_draw
+        results[name] = {
+            "total": total,
+            "kernel": kernel,
+            "step_method": astep - kernel,
+            "pymc": total - astep,
+            "inner_steps": steps / 1e6,
+        }
+    return results
+
+
+def main(argv=None) -> None:
+    """Parse the arguments and print the table."""
+    parser = argparse.ArgumentParser(prog="python -m pymc_sgmcmc.benchmark.overhead")
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--rows", type=int, default=5_000)
+    arguments = parser.parse_args(argv)
+    results = measure_overhead(arguments.samplers, arguments.rows)
+    print("Microseconds per recorded draw (logistic regression, D = 10, B = 100):")
+    print(
+        f"{'sampler':>13} {'inner steps':>11} {'kernel':>8} {'step method':>11} "
+        f"{'PyMC':>7} {'outside kernel':>14} {'total':>8}"
+    )
+    for name, row in results.items():
+        print(
+            f"{name:>13} {row['inner_steps']:>11.1f} {row['kernel']:>8.1f} "
+            f"{row['step_method']:>11.1f} {row['pymc']:>7.1f} "
+            f"{row['step_method'] + row['pymc']:>14.1f} {row['total']:>8.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
