@@ -18,6 +18,7 @@ from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.compiled_model import CompiledModel
 from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import as_state
 from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
@@ -497,7 +498,9 @@ class StochasticGradientStep(ArrayStepShared):
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
         state = {**chain.state, "position": settings.metric.to_coordinates(position)}
-        result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
+        kernel = self._kernel()
+        with interrupts_held:
+            result = kernel(state, indices, noise, step_values, chain.kernel_inputs)
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken

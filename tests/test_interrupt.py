@@ -103,3 +103,26 @@ def test_an_interrupt_inside_compiled_code_reaches_pymc_as_keyboard_interrupt(mo
     monkeypatch.setattr(step, "_draw", lambda q0: (_ for _ in ()).throw(SystemError("other")))
     with pytest.raises(SystemError, match="other"):
         step.step({"beta": np.array(0.0)})
+
+
+def test_an_interrupt_inside_compiled_code_is_held_until_it_returns():
+    from pymc_sgmcmc.interrupts import interrupts_held
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held:
+            signal.raise_signal(signal.SIGINT)
+            finished = True
+    assert finished
+
+
+def test_an_ignored_interrupt_stays_ignored():
+    from pymc_sgmcmc.interrupts import interrupts_held
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_held:
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,50 @@
+"""Ctrl-C while compiled code runs: held until the code returns, then handled as usual."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+__all__ = ["InterruptsHeld", "interrupts_held"]
+
+
+class InterruptsHeld:
+    """Hold a SIGINT that arrives inside a ``with`` block and deliver it when the block ends.
+
+    Compiled Numba code calls back into Python at times; a ``KeyboardInterrupt``
+    raised inside such a callback can crash the interpreter instead of
+    reaching ``pm.sample``. Inside the block the signal is only recorded; at
+    its end the handler that was in place before is restored and the signal
+    raised again, so it is handled exactly as it would have been (PyMC's
+    handler, Python's ``KeyboardInterrupt``, or ignored), one kernel call
+    later. Outside the main thread, where Python runs no signal handler, the
+    block runs as is. One object serves any number of blocks, one at a time.
+    """
+
+    def __init__(self):
+        self._received = False
+        self._previous = None
+        self._active = False
+        self._record = self._on_signal
+
+    def _on_signal(self, signum, frame):
+        self._received = True
+
+    def __enter__(self):
+        self._active = threading.current_thread() is threading.main_thread()
+        if self._active:
+            self._received = False
+            self._previous = signal.signal(signal.SIGINT, self._record)
+        return self
+
+    def __exit__(self, *exception):
+        if self._active:
+            signal.signal(signal.SIGINT, self._previous)
+            self._active = False
+            if self._received:
+                signal.raise_signal(signal.SIGINT)
+        return False
+
+
+#: The one instance the step methods hold their kernel calls with.
+interrupts_held = InterruptsHeld()
