@@ -299,9 +299,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.tuning,
             self.batch_size,
             self.measures,
-            ChainAdapter.uses_windows(
-                self.dynamics, self.choices, self.measures, self.density.other_blocks
-            ),
+            bool(self.density.other_blocks),
         )
         # Compiled (with Numba, at its first call) before PyMC forks its chain
         # processes, so they share it.
@@ -470,7 +468,7 @@ class StochasticGradientStep(ArrayStepShared):
         n_steps = self.dynamics.draw_steps(
             settings.step_size,
             chain.steps_taken,
-            self.adapter.steps_this_draw(chain, self.tune, self.density.other_blocks),
+            self.adapter.steps_this_draw(chain, self.tune),
         )
         step_values = self.dynamics.step_values(
             settings.step_size, chain.steps_taken + np.arange(n_steps)

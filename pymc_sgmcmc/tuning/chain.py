@@ -108,8 +108,8 @@ class ChainAdapter:
         Rows per minibatch.
     measures : bool
         Whether chains measure the posterior (otherwise every setting was given).
-    windows : bool
-        Whether tune draws refine the settings (see :meth:`uses_windows`).
+    other_blocks : bool
+        Whether other step methods move the model's other variables (a compound step).
     """
 
     def __init__(
@@ -121,7 +121,7 @@ class ChainAdapter:
         tuning: TuningConfig,
         batch_size: int,
         measures: bool,
-        windows: bool,
+        other_blocks: bool,
     ):
         self.name = name
         self.dynamics = dynamics
@@ -130,16 +130,11 @@ class ChainAdapter:
         self.tuning = tuning
         self.batch_size = batch_size
         self.measures = measures
-        self.windows = windows
-
-    @staticmethod
-    def uses_windows(dynamics: Dynamics, choices: UserChoices, measures: bool, other_blocks):
-        """Whether tune draws refine the settings: only a metric the tuner chose is checked.
-
-        Not in a compound step (the other blocks move under this one), nor at
-        temperature 0 (optimisation), whose draws have no spread.
-        """
-        return (
+        self.other_blocks = other_blocks
+        # Tune draws refine the settings only where the tuner chose the metric;
+        # not in a compound step (the other blocks move under this one), nor at
+        # temperature 0 (optimisation), whose draws have no spread.
+        self.windows = (
             measures
             and choices.preconditioner is None
             and dynamics.accepts_metric()
@@ -307,7 +302,7 @@ class ChainAdapter:
             *(m for m in chain.settings.warnings if m not in settings.warnings),
         ]
 
-    def steps_this_draw(self, chain: ChainState, tune: bool, other_blocks) -> int:
+    def steps_this_draw(self, chain: ChainState, tune: bool) -> int:
         """Inner steps of the next draw: one per tune draw once adaptation has settled.
 
         Not in a compound step, where the other step methods tune against this
@@ -316,7 +311,7 @@ class ChainAdapter:
         tuning = self.tuning
         settled = chain.tune_draws >= sum(tuning.windows) + tuning.settle_draws
         settled = settled and not chain.travelling
-        if tune and self.measures and settled and not other_blocks:
+        if tune and self.measures and settled and not self.other_blocks:
             return 1
         return chain.settings.steps_per_draw
 
