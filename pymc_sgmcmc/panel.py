@@ -26,6 +26,7 @@ __all__ = [
     "correlated_regression",
     "hierarchical_regression",
     "laplace_reference",
+    "logistic_data",
     "logistic_regression",
     "normal_inverse_gamma_moments",
     "normal_inverse_gamma_posterior",
@@ -169,6 +170,25 @@ def correlated_regression(n_rows=2000, correlation=0.5, seed=0) -> PanelModel:
     )
 
 
+def logistic_data(n_rows=5000, n_features=10, badly_scaled=False, seed=0):
+    """Return the covariates, outcomes and true coefficients of :func:`logistic_regression`.
+
+    Returns
+    -------
+    x : ndarray, shape (n_rows, n_features)
+    y : ndarray of int64, shape (n_rows,)
+    true_beta : ndarray, shape (n_features,)
+    """
+    rng = np.random.default_rng(seed)
+    true_beta = rng.normal(size=n_features)
+    x = rng.normal(size=(n_rows, n_features))
+    y = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(x @ true_beta)))
+    if badly_scaled:
+        x[:, 0] *= 100.0
+        x[:, 1] *= 0.01
+    return x, y.astype("int64"), true_beta
+
+
 def logistic_regression(n_rows=5000, n_features=10, badly_scaled=False, seed=0) -> PanelModel:
     """Bayesian logistic regression with standard-normal covariates and a N(0, 1) prior.
 
@@ -178,16 +198,10 @@ def logistic_regression(n_rows=5000, n_features=10, badly_scaled=False, seed=0) 
     outcomes are simulated, so the coefficients' posterior scales differ by
     about five orders of magnitude.
     """
-    rng = np.random.default_rng(seed)
-    true_beta = rng.normal(size=n_features)
-    x = rng.normal(size=(n_rows, n_features))
-    y = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(x @ true_beta)))
-    if badly_scaled:
-        x[:, 0] *= 100.0
-        x[:, 1] *= 0.01
+    x, y, true_beta = logistic_data(n_rows, n_features, badly_scaled, seed)
     with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=n_features)
-        pm.Bernoulli("y", logit_p=x @ beta, observed=y.astype("int64"))
+        pm.Bernoulli("y", logit_p=x @ beta, observed=y)
     label = "badly scaled logistic" if badly_scaled else "logistic"
     key = {
         "model": "logistic",

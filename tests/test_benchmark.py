@@ -5,6 +5,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
+import numpy as np
 import pytest
 from nbclient import NotebookClient
 
@@ -57,6 +58,8 @@ def test_unknown_sampler_is_refused():
 
 def test_notebook_runs_on_a_tiny_grid(monkeypatch):
     monkeypatch.setenv("SGMCMC_NOTEBOOK_GRID", "500 2000")
+    # One sampler of each kind: NUTS, the package's, and the two peers.
+    monkeypatch.setenv("SGMCMC_NOTEBOOK_SAMPLERS", "pymc_nuts sghmc advi hmcecs")
     notebook = nbformat.read(EXAMPLES / "nuts_vs_sgmcmc.ipynb", as_version=4)
     NotebookClient(
         notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": EXAMPLES}}
@@ -64,7 +67,8 @@ def test_notebook_runs_on_a_tiny_grid(monkeypatch):
     outputs = "".join(
         output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
     )
-    assert "sghmc" in outputs and "pymc_nuts" in outputs
+    for sampler in ("pymc_nuts", "sghmc", "advi", "hmcecs"):
+        assert sampler in outputs
 
 
 def test_kernel_benchmark_defaults_name_only_known_backends(monkeypatch):
@@ -93,3 +97,33 @@ def test_overhead_splits_each_draw_between_kernel_step_method_and_pymc():
     assert row["kernel"] > 0
     parts = row["kernel"] + row["step_method"] + row["pymc"]
     assert parts == pytest.approx(row["total"])
+
+
+def test_advi_and_hmcecs_rows_measure_accuracy_against_the_reference():
+    from pymc_sgmcmc.benchmark import reference
+    from pymc_sgmcmc.benchmark.runners import run_sampler
+
+    panel, _ = reference(400)
+    advi = run_sampler("advi", panel, chains=2, tune=3_000, draws=200)
+    assert advi.draws == 200 and advi.tune == 3_000
+    assert np.isnan(advi.min_bulk_ess) and np.isnan(advi.ess_per_second)
+    assert np.isfinite(advi.mean_error) and advi.total_seconds > 0
+    hmcecs = run_sampler("hmcecs", panel, chains=1, tune=200, draws=200)
+    assert hmcecs.min_bulk_ess > 0 and np.isfinite(hmcecs.mean_error)
+    assert len(hmcecs.means) == len(panel.means["beta"])
+
+
+def test_the_hmcecs_proxy_is_centred_at_the_posterior_mode():
+    """The L-BFGS mode of the NumPyro model is PyMC's MAP of the same model."""
+    import jax.numpy as jnp
+    import pymc as pm
+
+    from pymc_sgmcmc.benchmark.peers import _data, _numpyro_model, posterior_mode_numpyro
+    from pymc_sgmcmc.panel import logistic_regression
+
+    panel = logistic_regression(400)
+    x, y = _data(panel)
+    mode = posterior_mode_numpyro(_numpyro_model, jnp.asarray(x), jnp.asarray(y), None)
+    with panel.model:
+        expected = pm.find_MAP(progressbar=False)["beta"]
+    np.testing.assert_allclose(np.asarray(mode["beta"]), expected, atol=1e-4)

@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +31,14 @@ from pymc_sgmcmc.benchmark.runners import (
 )
 from pymc_sgmcmc.panel import laplace_reference, logistic_regression, nuts_reference
 
-__all__ = ["DEFAULT_MAX_ROWS", "SAMPLERS", "SamplerRun", "run_benchmark", "save_figures"]
+__all__ = [
+    "DEFAULT_MAX_ROWS",
+    "SAMPLERS",
+    "SamplerRun",
+    "run_benchmark",
+    "run_in_fresh_process",
+    "save_figures",
+]
 
 #: Largest N each NUTS sampler runs at by default: NUTS pays O(N) per
 #: gradient. The package's samplers run at every N.
@@ -107,7 +115,7 @@ def run_benchmark(
             if limit is not None and n_rows > limit:
                 continue
             draws = sgmcmc_draws if sampler in STOCHASTIC else None
-            run = SamplerRun(**_run_in_fresh_process(sampler, n_rows, chains, draws))
+            run = SamplerRun(**run_in_fresh_process(sampler, n_rows, chains, draws))
             results["runs"].append(run.to_dict())
             print(
                 f"  {sampler:>9}: {run.ess_per_second:9.1f} ESS/s total, "
@@ -122,12 +130,40 @@ def run_benchmark(
     return results
 
 
-def _run_in_fresh_process(sampler: str, n_rows: int, chains: int, draws: int | None) -> dict:
+def run_in_fresh_process(
+    sampler: str,
+    n_rows: int,
+    chains: int,
+    draws: int | None = None,
+    tune: int | None = None,
+    empty_caches: bool = False,
+) -> dict:
     """Run one measurement in a new Python process and return its result.
 
     BLAS is pinned to one thread (chains on two cores otherwise fight over
     them), and JAX gets one CPU device per core so that NumPyro runs its
     chains in parallel, as PyMC's NUTS and nutpie do.
+
+    Parameters
+    ----------
+    sampler : str
+        Key of :data:`SAMPLERS`.
+    n_rows : int
+        Data size N.
+    chains : int
+        Chains of the run.
+    draws, tune : int, optional
+        Draws and tuning iterations per chain (the sampler's defaults of
+        :func:`~pymc_sgmcmc.benchmark.runners.run_sampler` when not given).
+    empty_caches : bool, default False
+        Run with every compilation cache empty: PyTensor's (its C and Numba
+        caches) and Numba's own in a new temporary folder. JAX keeps no
+        cache on disk unless asked to.
+
+    Returns
+    -------
+    dict
+        The fields of a :class:`SamplerRun`.
     """
     environment = dict(os.environ)
     for variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
@@ -148,7 +184,17 @@ def _run_in_fresh_process(sampler: str, n_rows: int, chains: int, draws: int | N
     ]
     if draws is not None:
         command += ["--draws", str(draws)]
-    finished = subprocess.run(command, env=environment, capture_output=True, text=True)
+    if tune is not None:
+        command += ["--tune", str(tune)]
+    with tempfile.TemporaryDirectory() as caches:
+        if empty_caches:
+            flags = environment.get("PYTENSOR_FLAGS", "")
+            environment["PYTENSOR_FLAGS"] = ",".join(
+                filter(None, [flags, f"base_compiledir={caches}/pytensor"])
+            )
+            environment["NUMBA_CACHE_DIR"] = f"{caches}/numba"
+            environment.pop("JAX_COMPILATION_CACHE_DIR", None)
+        finished = subprocess.run(command, env=environment, capture_output=True, text=True)
     for line in finished.stdout.splitlines():
         if line.startswith(RESULT_MARKER):
             return json.loads(line[len(RESULT_MARKER) :])

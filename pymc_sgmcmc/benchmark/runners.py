@@ -14,12 +14,21 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
+from pymc_sgmcmc.benchmark.peers import ADVI_ITERATIONS, fit_advi, sample_hmcecs
 from pymc_sgmcmc.diagnostics import accuracy
 from pymc_sgmcmc.panel import PanelModel
 from pymc_sgmcmc.registry import SAMPLERS as STEP_METHODS
 from pymc_sgmcmc.samplers.cyclical import posterior_draws
 
-__all__ = ["NUTS_SAMPLERS", "SAMPLERS", "STOCHASTIC", "SamplerRun", "available", "run_sampler"]
+__all__ = [
+    "NUTS_SAMPLERS",
+    "PEERS",
+    "SAMPLERS",
+    "STOCHASTIC",
+    "SamplerRun",
+    "available",
+    "run_sampler",
+]
 
 #: NUTS implementations, by the ``nuts_sampler`` name PyMC knows them by.
 NUTS_SAMPLERS = {"pymc_nuts": "pymc", "nutpie": "nutpie", "numpyro": "numpyro"}
@@ -27,11 +36,15 @@ NUTS_SAMPLERS = {"pymc_nuts": "pymc", "nutpie": "nutpie", "numpyro": "numpyro"}
 #: The package's samplers, by lower-case name (every sampler in the registry).
 STOCHASTIC = {name.lower(): step_method for name, step_method in STEP_METHODS.items()}
 
-#: Samplers and the PyMC ``nuts_sampler`` or step class each one runs.
-SAMPLERS = {**NUTS_SAMPLERS, **STOCHASTIC}
+#: What a user with a large data set would run instead of NUTS
+#: (:mod:`pymc_sgmcmc.benchmark.peers`).
+PEERS = {"advi": fit_advi, "hmcecs": sample_hmcecs}
+
+#: Samplers and the PyMC ``nuts_sampler``, step class or peer each one runs.
+SAMPLERS = {**NUTS_SAMPLERS, **STOCHASTIC, **PEERS}
 
 #: Python package each optional sampler needs.
-REQUIRES = {"nutpie": "nutpie", "numpyro": "numpyro"}
+REQUIRES = {"nutpie": "nutpie", "numpyro": "numpyro", "hmcecs": "numpyro"}
 
 
 def available(sampler: str) -> bool:
@@ -51,14 +64,16 @@ class SamplerRun:
     n_rows : int
         Number of observed rows N.
     chains, tune, draws : int
-        Settings of the run (``draws`` per chain).
+        Settings of the run (``draws`` per chain; for ADVI, one chain of
+        draws from the approximation and ``tune`` its optimisation steps).
     total_seconds : float
         Wall time of the whole call, compilation and tuning included.
     sampling_seconds : float
         Wall time of the recorded draws only (estimated from the share of
         iterations for the NUTS samplers, which time no phases separately).
     min_bulk_ess, median_bulk_ess, min_tail_ess, median_tail_ess : float
-        Bulk and tail ESS over the coefficients.
+        Bulk and tail ESS over the coefficients (NaN for ADVI, whose draws
+        are independent draws from an approximation, not a Markov chain).
     ess_per_second : float
         Minimum bulk ESS per second of total wall time.
     sampling_ess_per_second : float
@@ -70,9 +85,12 @@ class SamplerRun:
     meets_bar : bool
         Means within 0.1 sd and sds within 10% of the reference.
     inner_steps_per_second : float
-        SG-MCMC inner steps per second of sampling (NaN for NUTS).
+        SG-MCMC inner steps per second of sampling (NaN for the others).
+    steps_per_draw : float
+        SG-MCMC inner steps per recorded draw, averaged (NaN for the others).
     means, lower, upper : list of float
-        Posterior mean and 94% interval of each coefficient.
+        Posterior mean and 94% interval of each coefficient (of every
+        variable with a reference, flattened in order).
     """
 
     sampler: str
@@ -92,6 +110,7 @@ class SamplerRun:
     worst_sd_ratio: float
     meets_bar: bool
     inner_steps_per_second: float
+    steps_per_draw: float = float("nan")
     means: list = field(default_factory=list)
     lower: list = field(default_factory=list)
     upper: list = field(default_factory=list)
@@ -101,9 +120,9 @@ class SamplerRun:
         return asdict(self)
 
 
-def _coefficients(result, name: str) -> np.ndarray:
+def _coefficients(posterior, name: str) -> np.ndarray:
     """Return the draws of ``name`` as an array (chain, draw, coefficient)."""
-    values = np.asarray(posterior_draws(result)[name])
+    values = np.asarray(posterior[name])
     return values.reshape(*values.shape[:2], -1)
 
 
@@ -136,9 +155,11 @@ def run_sampler(
     chains : int, default 2
         Number of chains.
     tune, draws : int, optional
-        Tuning iterations and draws per chain: 1,000 each for NUTS; for the
-        SG-MCMC samplers 200 and 5,000 recorded draws (each of many inner
-        steps; the tuning itself happens at the first draw).
+        Tuning iterations and draws per chain: 1,000 each for NUTS and
+        HMCECS; for the SG-MCMC samplers 200 and 5,000 recorded draws (each
+        of many inner steps; the tuning itself happens at the first draw);
+        for ADVI, ``pm.fit``'s 10,000 optimisation steps and 1,000 draws per
+        chain from the approximation.
     seed : int, default 1
         ``random_seed`` of the run.
 
@@ -147,9 +168,13 @@ def run_sampler(
     SamplerRun
     """
     target = SAMPLERS[sampler]
-    stochastic = not isinstance(target, str)
-    tune = tune if tune is not None else (200 if stochastic else 1000)
-    draws = draws if draws is not None else (5000 if stochastic else 1000)
+    stochastic = sampler in STOCHASTIC
+    if sampler == "advi":
+        tune = tune if tune is not None else ADVI_ITERATIONS
+        draws = draws if draws is not None else 1000
+    else:
+        tune = tune if tune is not None else (200 if stochastic else 1000)
+        draws = draws if draws is not None else (5000 if stochastic else 1000)
     options = {
         "draws": draws,
         "tune": tune,
@@ -158,35 +183,45 @@ def run_sampler(
         "progressbar": False,
         "compute_convergence_checks": False,
     }
-    with panel.model:
-        start = time.perf_counter()
-        if stochastic:
-            clock = _DrawClock()
-            step = target()
-            options["cores"] = 1
-            result = pm.sample(step=step, callback=clock, **options)
-        else:
-            options["nuts_sampler"] = target
-            if target == "pymc":
-                options["cores"] = chains
-            result = pm.sample(**options)
-        total = time.perf_counter() - start
+    start = time.perf_counter()
+    if sampler == "advi":
+        result = fit_advi(panel, draws=chains * draws, seed=seed, iterations=tune)
+    elif sampler == "hmcecs":
+        result = sample_hmcecs(panel, chains=chains, tune=tune, draws=draws, seed=seed)
+    else:
+        with panel.model:
+            if stochastic:
+                clock = _DrawClock()
+                options["cores"] = 1
+                result = pm.sample(step=target(), callback=clock, **options)
+            else:
+                options["nuts_sampler"] = target
+                if target == "pymc":
+                    options["cores"] = chains
+                result = pm.sample(**options)
+    total = time.perf_counter() - start
 
-    (name,) = panel.means
-    coefficients = _coefficients(result, name)
+    posterior = posterior_draws(result) if stochastic else result["posterior"]
+    coefficients = np.concatenate([_coefficients(posterior, name) for name in panel.means], -1)
     flat = coefficients.reshape(-1, coefficients.shape[-1])
-    scores = accuracy(posterior_draws(result), panel.means, panel.sds)
-    bulk = _ess(coefficients, "bulk")
-    tail = _ess(coefficients, "tail")
+    scores = accuracy(posterior, panel.means, panel.sds)
+    if sampler == "advi":
+        bulk = tail = np.full(coefficients.shape[-1], np.nan)
+    else:
+        bulk = _ess(coefficients, "bulk")
+        tail = _ess(coefficients, "tail")
 
     if stochastic:
         stats = result.sample_stats
         sampling = clock.sampling_seconds
         steps = float(np.sum(np.asarray(stats["steps_per_draw"])))
         steps_per_second = steps / sampling
+        steps_per_draw = float(np.mean(np.asarray(stats["steps_per_draw"])))
+    elif sampler == "advi":
+        sampling = steps_per_second = steps_per_draw = float("nan")
     else:
         sampling = total * draws / (draws + tune)
-        steps_per_second = float("nan")
+        steps_per_second = steps_per_draw = float("nan")
     lower, upper = np.quantile(flat, [0.03, 0.97], axis=0)
     return SamplerRun(
         sampler=sampler,
@@ -206,6 +241,7 @@ def run_sampler(
         worst_sd_ratio=scores.worst_sd_ratio,
         meets_bar=scores.meets(),
         inner_steps_per_second=steps_per_second,
+        steps_per_draw=steps_per_draw,
         means=flat.mean(axis=0).tolist(),
         lower=lower.tolist(),
         upper=upper.tolist(),
@@ -242,10 +278,17 @@ def main(argv=None) -> None:
     parser.add_argument("--sampler", required=True, choices=list(SAMPLERS))
     parser.add_argument("--n-rows", type=int, required=True)
     parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--tune", type=int, default=None)
     parser.add_argument("--draws", type=int, default=None)
     arguments = parser.parse_args(argv)
     panel, _ = reference(arguments.n_rows)
-    run = run_sampler(arguments.sampler, panel, chains=arguments.chains, draws=arguments.draws)
+    run = run_sampler(
+        arguments.sampler,
+        panel,
+        chains=arguments.chains,
+        tune=arguments.tune,
+        draws=arguments.draws,
+    )
     print(RESULT_MARKER + json.dumps(run.to_dict()))
 
 
