@@ -127,3 +127,13 @@ def test_the_hmcecs_proxy_is_centred_at_the_posterior_mode():
     with panel.model:
         expected = pm.find_MAP(progressbar=False)["beta"]
     np.testing.assert_allclose(np.asarray(mode["beta"]), expected, atol=1e-4)
+
+
+def test_new_model_regressions_have_the_documented_parameters():
+    from pymc_sgmcmc.benchmark.new_model import MODELS
+
+    counts = {"survey": 10, "interaction": 5, "earnings": 4}
+    for name, builder in MODELS.items():
+        panel = builder()
+        sizes = [np.size(value) for value in panel.model.initial_point().values()]
+        assert sum(sizes) == counts[name], name
