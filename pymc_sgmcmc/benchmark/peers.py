@@ -16,8 +16,6 @@ draws in hand, compilation included.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from pymc_sgmcmc.panel import PanelModel, logistic_data
@@ -28,6 +26,7 @@ __all__ = [
     "HMCECS_BLOCKS",
     "HMCECS_SUBSAMPLE_SIZE",
     "fit_advi",
+    "posterior_mode_numpyro",
     "sample_hmcecs",
 ]
 
@@ -169,10 +168,3 @@ def sample_hmcecs(panel: PanelModel, *, chains: int, tune: int, draws: int, seed
     subsample_size = min(HMCECS_SUBSAMPLE_SIZE, x.shape[0] // 2)
     sampler.run(jax.random.PRNGKey(seed), x, y, subsample_size)
     return az.from_numpyro(sampler, log_likelihood=False)
-
-
-def timed(function, *arguments, **options):
-    """Return ``function``'s result and its wall time in seconds."""
-    start = time.perf_counter()
-    result = function(*arguments, **options)
-    return result, time.perf_counter() - start
