@@ -143,12 +143,13 @@ def sample_hmcecs(panel: PanelModel, *, chains: int, tune: int, draws: int, seed
 
     Returns
     -------
-    InferenceData
-        The draws, converted by ArviZ.
+    dict
+        ``{"posterior": xarray.Dataset}`` with the draws of ``beta`` by
+        chain and draw, as the runners read a posterior.
     """
-    import arviz as az
     import jax
     import jax.numpy as jnp
+    import xarray as xr
     from numpyro.infer import HMCECS, MCMC, NUTS
 
     x, y = _data(panel)
@@ -167,4 +168,7 @@ def sample_hmcecs(panel: PanelModel, *, chains: int, tune: int, draws: int, seed
     # HMCECS needs a proper subsample: at most half the rows on small data.
     subsample_size = min(HMCECS_SUBSAMPLE_SIZE, x.shape[0] // 2)
     sampler.run(jax.random.PRNGKey(seed), x, y, subsample_size)
-    return az.from_numpyro(sampler, log_likelihood=False)
+    # The draws are read directly: ArviZ's NumPyro converter differs between
+    # ArviZ versions and would also evaluate the likelihood on every row.
+    beta = np.asarray(sampler.get_samples(group_by_chain=True)["beta"])
+    return {"posterior": xr.Dataset({"beta": (("chain", "draw", "beta_dim_0"), beta)})}
