@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pymc_sgmcmc.benchmark.runners import (
+    REQUIRES,
     RESULT_MARKER,
     SAMPLERS,
     STOCHASTIC,
@@ -35,8 +36,10 @@ __all__ = [
     "DEFAULT_MAX_ROWS",
     "SAMPLERS",
     "SamplerRun",
+    "choose_samplers",
     "run_benchmark",
     "run_in_fresh_process",
+    "run_module",
     "save_figures",
 ]
 
@@ -90,15 +93,7 @@ def run_benchmark(
         ``{"machine": ..., "runs": [...], "references": {...}, "truth": [...]}``.
     """
     limits = {**DEFAULT_MAX_ROWS, **(max_rows or {})}
-    unknown = set(samplers) - set(SAMPLERS)
-    if unknown:
-        raise ValueError(f"Unknown samplers {sorted(unknown)}; choose from {sorted(SAMPLERS)}.")
-    chosen = []
-    for sampler in samplers:
-        if available(sampler):
-            chosen.append(sampler)
-        else:
-            print(f"Skipping {sampler}: install it (pip install {sampler}) to include it.")
+    chosen = choose_samplers(samplers)
     results = {"machine": _machine(), "runs": [], "references": {}, "truth": None}
     for n_rows in sorted(grid):
         start = time.perf_counter()
@@ -130,6 +125,69 @@ def run_benchmark(
     return results
 
 
+def choose_samplers(samplers) -> list[str]:
+    """Return the samplers that can run, in order, skipping those whose package is missing.
+
+    Raises
+    ------
+    ValueError
+        If a name is not a key of :data:`SAMPLERS`.
+    """
+    unknown = set(samplers) - set(SAMPLERS)
+    if unknown:
+        raise ValueError(f"Unknown samplers {sorted(unknown)}; choose from {sorted(SAMPLERS)}.")
+    chosen = []
+    for sampler in samplers:
+        if available(sampler):
+            chosen.append(sampler)
+        else:
+            package = REQUIRES[sampler]
+            print(f"Skipping {sampler}: install it (pip install {package}) to include it.")
+    return chosen
+
+
+def run_module(arguments: list[str], compile_directory: str | None = None) -> dict:
+    """Run ``python -m *arguments`` in a new process and return the result it prints.
+
+    BLAS is pinned to one thread (chains on two cores otherwise fight over
+    them), and JAX gets one CPU device per core so that NumPyro runs its
+    chains in parallel, as PyMC's NUTS and nutpie do.
+
+    Parameters
+    ----------
+    arguments : list of str
+        The module and its arguments; the module prints its result as JSON
+        on a line starting with ``RESULT_MARKER``.
+    compile_directory : str, optional
+        A folder for the compilation caches in place of the user's:
+        PyTensor's (its C and Numba caches) and Numba's own. An empty folder
+        empties every cache (JAX keeps none on disk unless asked to).
+
+    Returns
+    -------
+    dict
+    """
+    environment = dict(os.environ)
+    for variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        environment[variable] = "1"
+    environment.setdefault(
+        "XLA_FLAGS", f"--xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    )
+    if compile_directory is not None:
+        flags = environment.get("PYTENSOR_FLAGS", "")
+        environment["PYTENSOR_FLAGS"] = ",".join(
+            filter(None, [flags, f"base_compiledir={compile_directory}/pytensor"])
+        )
+        environment["NUMBA_CACHE_DIR"] = f"{compile_directory}/numba"
+        environment.pop("JAX_COMPILATION_CACHE_DIR", None)
+    command = [sys.executable, "-m", *arguments]
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True)
+    for line in finished.stdout.splitlines():
+        if line.startswith(RESULT_MARKER):
+            return json.loads(line[len(RESULT_MARKER) :])
+    raise RuntimeError(f"python -m {' '.join(arguments)} failed:\n{finished.stderr[-3000:]}")
+
+
 def run_in_fresh_process(
     sampler: str,
     n_rows: int,
@@ -138,11 +196,7 @@ def run_in_fresh_process(
     tune: int | None = None,
     empty_caches: bool = False,
 ) -> dict:
-    """Run one measurement in a new Python process and return its result.
-
-    BLAS is pinned to one thread (chains on two cores otherwise fight over
-    them), and JAX gets one CPU device per core so that NumPyro runs its
-    chains in parallel, as PyMC's NUTS and nutpie do.
+    """Run one measurement in a new Python process (:func:`run_module`) and return its result.
 
     Parameters
     ----------
@@ -156,49 +210,23 @@ def run_in_fresh_process(
         Draws and tuning iterations per chain (the sampler's defaults of
         :func:`~pymc_sgmcmc.benchmark.runners.run_sampler` when not given).
     empty_caches : bool, default False
-        Run with every compilation cache empty: PyTensor's (its C and Numba
-        caches) and Numba's own in a new temporary folder. JAX keeps no
-        cache on disk unless asked to.
+        Run with every compilation cache empty (a new temporary folder).
 
     Returns
     -------
     dict
         The fields of a :class:`SamplerRun`.
     """
-    environment = dict(os.environ)
-    for variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        environment[variable] = "1"
-    environment.setdefault(
-        "XLA_FLAGS", f"--xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "pymc_sgmcmc.benchmark.runners",
-        "--sampler",
-        sampler,
-        "--n-rows",
-        str(n_rows),
-        "--chains",
-        str(chains),
-    ]
+    arguments = ["pymc_sgmcmc.benchmark.runners", "--sampler", sampler]
+    arguments += ["--n-rows", str(n_rows), "--chains", str(chains)]
     if draws is not None:
-        command += ["--draws", str(draws)]
+        arguments += ["--draws", str(draws)]
     if tune is not None:
-        command += ["--tune", str(tune)]
+        arguments += ["--tune", str(tune)]
+    if not empty_caches:
+        return run_module(arguments)
     with tempfile.TemporaryDirectory() as caches:
-        if empty_caches:
-            flags = environment.get("PYTENSOR_FLAGS", "")
-            environment["PYTENSOR_FLAGS"] = ",".join(
-                filter(None, [flags, f"base_compiledir={caches}/pytensor"])
-            )
-            environment["NUMBA_CACHE_DIR"] = f"{caches}/numba"
-            environment.pop("JAX_COMPILATION_CACHE_DIR", None)
-        finished = subprocess.run(command, env=environment, capture_output=True, text=True)
-    for line in finished.stdout.splitlines():
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :])
-    raise RuntimeError(f"The {sampler} run at N = {n_rows} failed:\n{finished.stderr[-3000:]}")
+        return run_module(arguments, compile_directory=caches)
 
 
 def save_figures(results: dict, folder) -> list[Path]:

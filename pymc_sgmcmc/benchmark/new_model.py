@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import pymc as pm
 
+from pymc_sgmcmc.benchmark import reference, run_module
 from pymc_sgmcmc.benchmark.runners import RESULT_MARKER, run_sampler
-from pymc_sgmcmc.panel import PanelModel, logistic_regression, nuts_reference
+from pymc_sgmcmc.panel import PanelModel, nuts_reference
 
 __all__ = [
     "MODELS",
@@ -114,22 +112,14 @@ SAMPLERS = ("pymc_nuts", "sghmc")
 
 def _panel(name: str) -> PanelModel:
     if name == "warm-up":
-        return logistic_regression(1000)
+        return reference(1000)[0]
     return nuts_reference(MODELS[name]())
 
 
-def _run_in_process(name: str, sampler: str, caches: str) -> dict:
-    environment = dict(os.environ)
-    for variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        environment[variable] = "1"
-    flags = environment.get("PYTENSOR_FLAGS", "")
-    environment["PYTENSOR_FLAGS"] = ",".join(filter(None, [flags, f"base_compiledir={caches}"]))
-    command = [sys.executable, "-m", "pymc_sgmcmc.benchmark.new_model", "--run", name, sampler]
-    finished = subprocess.run(command, env=environment, capture_output=True, text=True)
-    for line in finished.stdout.splitlines():
-        if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER) :])
-    raise RuntimeError(f"{sampler} on {name} failed:\n{finished.stderr[-3000:]}")
+def _run(model_and_sampler: list[str], caches: str) -> dict:
+    return run_module(
+        ["pymc_sgmcmc.benchmark.new_model", "--run", *model_and_sampler], compile_directory=caches
+    )
 
 
 def measure_new_models(models=tuple(MODELS), samplers=SAMPLERS) -> list[dict]:
@@ -142,15 +132,15 @@ def measure_new_models(models=tuple(MODELS), samplers=SAMPLERS) -> list[dict]:
         ``mean_error``, ``worst_sd_ratio``, ``meets_bar``, ``min_bulk_ess``
         and, for SGHMC, ``steps_per_draw`` (inner steps per kept draw).
     """
-    for name in models:
-        _panel(name)  # the reference, computed outside the measured caches
+    for name in ("warm-up", *models):
+        _panel(name)  # the references, computed outside the measured caches
     rows = []
     with tempfile.TemporaryDirectory() as caches:
         for sampler in samplers:
-            _run_in_process("warm-up", sampler, caches)
+            _run(["warm-up", sampler], caches)
         for name in models:
             for sampler in samplers:
-                run = _run_in_process(name, sampler, caches)
+                run = _run([name, sampler], caches)
                 rows.append({"model": name, **run})
                 print(
                     f"{name:>12} {sampler:>10}: {run['seconds']:6.1f} s, mean error "
@@ -162,11 +152,7 @@ def measure_new_models(models=tuple(MODELS), samplers=SAMPLERS) -> list[dict]:
 
 
 def _measure_one(name: str, sampler: str) -> dict:
-    panel = _panel(name)
-    if name == "warm-up":
-        panel.means = {"beta": np.zeros(10)}
-        panel.sds = {"beta": np.ones(10)}
-    run = run_sampler(sampler, panel, chains=2, tune=1000, draws=1000)
+    run = run_sampler(sampler, _panel(name), chains=2, tune=1000, draws=1000)
     return {
         "sampler": sampler,
         "seconds": run.total_seconds,

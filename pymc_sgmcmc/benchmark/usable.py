@@ -32,10 +32,11 @@ from pathlib import Path
 from pymc_sgmcmc.benchmark import (
     DEFAULT_MAX_ROWS,
     SAMPLERS,
+    choose_samplers,
     reference,
     run_in_fresh_process,
 )
-from pymc_sgmcmc.benchmark.runners import NUTS_SAMPLERS, available
+from pymc_sgmcmc.benchmark.runners import NUTS_SAMPLERS
 
 __all__ = [
     "ADVI_LENGTHS",
@@ -199,12 +200,7 @@ def run_usable_benchmark(
     dict
         ``{"target_ess": ..., "rows": [...]}``.
     """
-    unknown = set(samplers) - set(SAMPLERS)
-    if unknown:
-        raise ValueError(f"Unknown samplers {sorted(unknown)}; choose from {sorted(SAMPLERS)}.")
-    chosen = [sampler for sampler in samplers if available(sampler)]
-    for sampler in sorted(set(samplers) - set(chosen)):
-        print(f"Skipping {sampler}: its package is not installed.")
+    chosen = choose_samplers(samplers)
     results = {"target_ess": TARGET_ESS, "margin": MARGIN, "rows": []}
     for n_rows in sorted(grid):
         reference(n_rows)
