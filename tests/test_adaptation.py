@@ -192,6 +192,26 @@ def test_subsample_newton_stage_reaches_the_same_mode():
     np.testing.assert_array_less(np.abs(staged - direct) / sds, 0.01)
 
 
+def test_newton_search_uses_a_subsample_hessian_and_the_mode_gets_all_rows():
+    """The search's directions come from 4,096 rows; the Hessian returned is on all N."""
+    panel = logistic_regression(n_rows=24_000)
+    density = build_minibatch_log_density(panel.model, panel.model.value_vars)
+    probe = Probe(density)
+    batch_rows = []
+    terms = probe.terms
+    probe.terms = lambda position, rows: batch_rows.append(len(rows)) or terms(position, rows)
+    config = TuningConfig()
+    mode, _, _, hessian = find_mode(probe, np.zeros(10), 100, np.random.default_rng(2), config)
+    assert config.hessian_rows in batch_rows and 24_000 in batch_rows
+    # Rows on both sides of every difference: 2D full passes at the mode, one scale pass less.
+    assert batch_rows.count(24_000) >= 2 * 10
+    sds = np.sqrt(np.diag(np.linalg.inv(-hessian)))
+    exact = probe.hessian(mode, np.arange(24_000), 1e-3 * sds)
+    np.testing.assert_allclose(hessian, exact, rtol=1e-6, atol=1e-9 * np.abs(exact).max())
+    subsample = probe.hessian(mode, np.arange(config.hessian_rows), 1e-3 * sds)
+    assert np.abs(subsample - exact).max() > 1e-3 * np.abs(exact).max()
+
+
 def test_chains_start_where_the_gradient_is_finite():
     """Jitter of 1 saturates the logits of a covariate scaled by 100: the start jitters less."""
     panel = logistic_regression(n_rows=2_000, badly_scaled=True)

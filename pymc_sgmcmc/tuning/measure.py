@@ -161,26 +161,46 @@ def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
     return position
 
 
-def _hessian(probe: Probe, position, rng, config: TuningConfig):
-    """Estimate the Hessian of the log posterior on all rows, or on one large minibatch.
+def _hessian_rows(probe: Probe, size: int, rng, config: TuningConfig, search: bool):
+    """Return the rows a Hessian is estimated on, or ``None`` for all rows.
 
     All rows are used while their number times D stays within
     ``config.hessian_full_work`` (a subsample would miss the rows of small
     groups); otherwise ``config.hessian_rows`` rows drawn at random, or
     ``config.hessian_rows_per_coordinate`` per coordinate if that is more (a
-    model with a parameter per group needs rows of every group). A first
-    pass with unit-scale differencing steps gives the curvature of each
-    coordinate; the second uses steps of 1e-3 of the implied sd.
+    model with a parameter per group needs rows of every group). A Hessian
+    that only sets the directions of the Newton search (``search``) uses
+    that subsample wherever N is at least four times its size: an error of a
+    few percent there costs a Newton step at most, while a pass over all
+    rows costs 2D full gradients.
     """
     n_rows = probe.n_rows
-    rows = max(config.hessian_rows, config.hessian_rows_per_coordinate * position.size)
-    if n_rows * position.size <= config.hessian_full_work:
-        rows = n_rows
-    indices = np.arange(n_rows) if n_rows <= rows else rng.choice(n_rows, rows, replace=False)
-    rough = probe.hessian(position, indices, np.full(position.size, 1e-4))
-    curvature = np.abs(np.diag(rough))
-    scale = 1.0 / np.sqrt(np.where(curvature > 0, curvature, 1.0))
+    rows = max(config.hessian_rows, config.hessian_rows_per_coordinate * size)
+    if n_rows <= rows:
+        return None
+    if n_rows * size <= config.hessian_full_work and not (search and n_rows >= 4 * rows):
+        return None
+    return rng.choice(n_rows, rows, replace=False)
+
+
+def _hessian(probe: Probe, position, rng, config: TuningConfig, search=False, scale=None):
+    """Estimate the Hessian of the log posterior on all rows, or on one large minibatch.
+
+    The rows are chosen by :func:`_hessian_rows`. The differencing steps are
+    1e-3 of each coordinate's sd, taken from ``scale`` (the sds a previous
+    Hessian implied) or else from a first pass with unit-scale steps.
+    """
+    rows = _hessian_rows(probe, position.size, rng, config, search)
+    indices = np.arange(probe.n_rows) if rows is None else rows
+    if scale is None:
+        scale = _scale(probe.hessian(position, indices, np.full(position.size, 1e-4)))
     return probe.hessian(position, indices, 1e-3 * scale)
+
+
+def _scale(hessian):
+    """Return the sds implied by the diagonal of ``hessian`` (1 where it is not negative)."""
+    curvature = np.abs(np.diag(hessian))
+    return 1.0 / np.sqrt(np.where(curvature > 0, curvature, 1.0))
 
 
 def _newton_direction(hessian, gradient):
@@ -264,7 +284,7 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
         config.adam_steps,
         config.adam_rate,
     )
-    hessian = _hessian(probe, position, rng, config)
+    hessian = _hessian(probe, position, rng, config, search=True)
     if probe.n_rows > 4 * config.subsample_rows:
         rows = np.sort(rng.choice(probe.n_rows, config.subsample_rows, replace=False))
 
@@ -278,16 +298,17 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
             on_subsample, position, hessian, config.newton_steps, config.newton_tolerance
         )
         if moved:
-            hessian = _hessian(probe, position, rng, config)
+            hessian = _hessian(probe, position, rng, config, search=True)
 
     def refresh(point):
-        return _hessian(probe, point, rng, config)
+        return _hessian(probe, point, rng, config, search=True)
 
-    position, (log_density, _, likelihood_gradient), hessian, moved = _newton(
+    position, (log_density, _, likelihood_gradient), hessian, _ = _newton(
         probe.full, position, hessian, config.newton_steps, config.newton_tolerance, refresh
     )
-    if moved:
-        hessian = _hessian(probe, position, rng, config)
+    # The search's Hessian set directions only; the one at the mode is
+    # estimated on the final rows, with steps scaled by the search's.
+    hessian = _hessian(probe, position, rng, config, scale=_scale(hessian))
     return position, log_density, likelihood_gradient, hessian
 
 
@@ -418,7 +439,7 @@ def measure_at_draws(
     """
     draws = np.asarray(draws, dtype=float)
     middle = draws.mean(axis=0)
-    hessian = _hessian(probe, middle, rng, config)
+    hessian = _hessian(probe, middle, rng, config, scale=_scale(measurements.hessian))
     if not np.all(np.isfinite(hessian)):
         return measurements
     log_concave, variance, factor = laplace(hessian)
