@@ -41,18 +41,25 @@ class IndexStream:
     def reset(self) -> None:
         """Forget the current epoch (called at the start of every chain)."""
         self._epoch = np.empty(0, dtype=np.int64)
+        self._offset = 0
 
     def draw(self, rng: np.random.Generator, n_batches: int) -> np.ndarray:
-        """Return the next ``n_batches`` batches as an array of shape ``(n_batches, B)``."""
+        """Return the next ``n_batches`` batches as an array of shape ``(n_batches, B)``.
+
+        The array may be a view of the stream's epoch: read it, do not write to it.
+        """
         size = n_batches * self.batch_size
         if self.replace:
             return rng.integers(self.n_rows, size=(n_batches, self.batch_size), dtype=np.int64)
-        pieces = [self._epoch]
-        available = len(self._epoch)
+        start = self._offset
+        if start + size <= len(self._epoch):
+            self._offset = start + size
+            return self._epoch[start : start + size].reshape(n_batches, self.batch_size)
+        pieces = [self._epoch[start:]]
+        available = len(pieces[0])
         while available < size:
-            permutation = rng.permutation(self.n_rows).astype(np.int64)
-            pieces.append(permutation)
+            pieces.append(rng.permutation(self.n_rows).astype(np.int64, copy=False))
             available += self.n_rows
-        stream = np.concatenate(pieces) if len(pieces) > 1 else self._epoch
-        self._epoch = stream[size:]
-        return stream[:size].reshape(n_batches, self.batch_size)
+        self._epoch = np.concatenate(pieces)
+        self._offset = size
+        return self._epoch[:size].reshape(n_batches, self.batch_size)

@@ -36,6 +36,7 @@ from pymc.logprob.utils import ParameterValueError
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = [
@@ -142,7 +143,8 @@ class Probe:
         self.n_rows = density.n_rows
         self.chunk_rows = int(chunk_rows)
         self._compile_kwargs = dict(compile_kwargs or {})
-        self._terms = pytensor.function(
+        self._position_dtype = density.position.dtype
+        terms = pytensor.function(
             [density.position, density.indices],
             [
                 density.log_prior,
@@ -152,6 +154,7 @@ class Probe:
             ],
             **self._compile_kwargs,
         )
+        self._terms = direct_call(terms, 2)
         self._estimators = {}
 
     def terms(self, position, indices):
@@ -161,11 +164,11 @@ class Probe:
         as NaN far from the mode) the log density is -inf and the gradients
         NaN, so that a search treats the point as outside the support.
         """
-        # A strided position (a row of a Fortran-ordered array) would make
-        # Numba compile the whole function again for that layout.
-        position = np.ascontiguousarray(position)
+        # The compiled functions trust their inputs: a strided or differently
+        # typed array would make Numba compile the whole function again.
+        position = np.ascontiguousarray(position, dtype=self._position_dtype)
         try:
-            return self._terms(position, np.asarray(indices, dtype=np.int64))
+            return tuple(self._terms(position, np.ascontiguousarray(indices, dtype=np.int64)))
         except ParameterValueError:
             nowhere = np.full_like(position, np.nan)
             return -np.inf, nowhere, -np.inf, nowhere
@@ -182,16 +185,20 @@ class Probe:
             symbolic = ESTIMATORS[estimator](self.density)
             function = pytensor.function(
                 [self.density.position, self.density.indices, *symbolic.inputs.values()],
-                symbolic.gradient,
+                [symbolic.gradient],
                 on_unused_input="ignore",
                 **self._compile_kwargs,
             )
-            self._estimators[estimator] = (function, tuple(symbolic.inputs))
-        function, names = self._estimators[estimator]
-        values = [inputs[name] for name in names]
-        return function(
-            np.ascontiguousarray(position), np.asarray(indices, dtype=np.int64), *values
+            types = {name: variable.type for name, variable in symbolic.inputs.items()}
+            self._estimators[estimator] = (direct_call(function, 2 + len(types)), types)
+        function, types = self._estimators[estimator]
+        values = [np.asarray(inputs[name], dtype=kind.dtype) for name, kind in types.items()]
+        (estimate,) = function(
+            np.ascontiguousarray(position, dtype=self._position_dtype),
+            np.ascontiguousarray(indices, dtype=np.int64),
+            *values,
         )
+        return estimate
 
     def minibatch_gradient(self, position, indices):
         """Return the plain minibatch gradient estimate (from the terms, compiled once)."""

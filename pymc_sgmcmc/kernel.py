@@ -11,6 +11,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.metric import IdentityMetric, Metric
@@ -201,6 +202,7 @@ class Kernel:
         )
         inputs = [*initial_state, batch_indices, noises, *step_values, *named_values.values()]
         self.state_names = tuple(state)
+        self._step_input_names = tuple(dynamics.step_inputs)
         self.input_names = tuple(named_inputs)
         self._input_types = {name: variable.type for name, variable in named_inputs.items()}
         coordinate_inputs = estimator.coordinate_inputs | {
@@ -217,6 +219,7 @@ class Kernel:
                 **(compile_kwargs or {}),
             )
         self._function.trust_input = True
+        self._call = direct_call(self._function, len(inputs))
 
     def prepare(self, named: Mapping[str, np.ndarray], size: int) -> list[np.ndarray]:
         """Check a chain's named inputs once and return them in the kernel's order.
@@ -270,12 +273,13 @@ class Kernel:
         values of each per-step input, and ``values`` the chain inputs as
         returned by :meth:`prepare`.
         """
-        *new_state, position, log_density, gradient_norm, steps_taken, clipped = self._function(
-            *(state[name] for name in self.state_names),
-            indices,
-            noise,
-            *(step_inputs[name] for name in self.dynamics.step_inputs),
-            *values,
+        arguments = [state[name] for name in self.state_names]
+        arguments.append(indices)
+        arguments.append(noise)
+        arguments.extend([step_inputs[name] for name in self._step_input_names])
+        arguments.extend(values)
+        *new_state, position, log_density, gradient_norm, steps_taken, clipped = self._call(
+            *arguments
         )
         return KernelResult(
             dict(zip(self.state_names, new_state, strict=True)),

@@ -43,7 +43,7 @@ class _Timed:
 def _timed_run(step, model, draws, seed):
     """Return the seconds of ``pm.sample``, of ``astep`` and of the kernels, and the steps."""
     astep = step.astep = _Timed(type(step).astep.__get__(step))
-    kernels = [kernel._function for kernel in step.compiled._kernels.values()]
+    kernels = [kernel._call for kernel in step.compiled._kernels.values()]
     seconds = [kernel.seconds for kernel in kernels]
     start = time.perf_counter()
     with model:
@@ -91,7 +91,7 @@ def measure_overhead(samplers=("SGLD", "SGHMC"), n_rows=5_000, draws=(200, 5_200
         # Adapt and compile once, then wrap the compiled kernels' calls.
         _timed_run(step, model, 10, seed)
         for kernel in step.compiled._kernels.values():
-            kernel._function = _Timed(kernel._function)
+            kernel._call = _Timed(kernel._call)
         short, long = (_timed_run(step, model, n, seed + 1) for n in draws)
         per_draw = [(b - a) / (draws[1] - draws[0]) * 1e6 for a, b in zip(short, long, strict=True)]
         total, astep, kernel, steps = per_draw
