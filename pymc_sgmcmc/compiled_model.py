@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import weakref
+
+import numpy as np
 
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import ESTIMATORS, Probe
 from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.loop import InterpretedKernel
 from pymc_sgmcmc.metric import METRICS
-from pymc_sgmcmc.minibatch import MinibatchLogDensity
+from pymc_sgmcmc.minibatch import MinibatchLogDensity, build_minibatch_log_density
 
-__all__ = ["CompiledModel"]
+__all__ = ["CompiledModel", "compiled_model"]
 
 #: PyMC's logger, which PyMC shows at INFO level while it samples.
 _log = logging.getLogger("pymc")
@@ -55,6 +59,7 @@ class CompiledModel:
         self.chunk_rows = int(chunk_rows)
         self._probe = None
         self._kernels = {}
+        self._interpreted = {}
 
     @property
     def probe(self) -> Probe:
@@ -92,3 +97,81 @@ class CompiledModel:
                 METRICS[metric],
             )
         return self._kernels[key]
+
+    def interpreted_kernel(
+        self, dynamics: Dynamics, estimator: str, metric: str = "identity"
+    ) -> InterpretedKernel:
+        """Return the interpreted loop of ``dynamics`` with ``estimator`` and ``metric``.
+
+        It compiles nothing beyond the probe, which the measurements use too.
+        """
+        key = (type(dynamics), dynamics.graph_options(), estimator, metric)
+        if key not in self._interpreted:
+            self._interpreted[key] = InterpretedKernel(
+                self.probe, estimator, dynamics, METRICS[metric]
+            )
+        return self._interpreted[key]
+
+
+#: The compiled models of each live model, by what they were compiled from.
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _model_structure(model, value_variables, initial_point) -> tuple:
+    """Return what a model's minibatch density depends on besides the data's values.
+
+    The variables (free, observed, potentials) and their transforms by
+    identity, the sampled variables' shapes and the data's shapes: a model
+    that gains a variable or a potential, or whose data changes length,
+    gives a different tuple.
+    """
+    return (
+        tuple(map(id, model.free_RVs)),
+        tuple(map(id, model.observed_RVs)),
+        tuple(map(id, model.potentials)),
+        tuple(id(model.rvs_to_transforms.get(rv)) for rv in model.free_RVs),
+        tuple(map(id, value_variables)),
+        tuple(np.shape(initial_point[v.name]) for v in value_variables),
+        tuple(np.shape(data.get_value(borrow=True)) for data in model.data_vars),
+    )
+
+
+def _options_key(options: dict) -> tuple | None:
+    """Return ``options`` as a hashable key, or None if a value is not a plain constant."""
+    if not all(isinstance(value, str | int | float | bool | None) for value in options.values()):
+        return None
+    return tuple(sorted(options.items()))
+
+
+def compiled_model(
+    model,
+    value_variables,
+    initial_point,
+    shared: dict,
+    compile_kwargs: dict,
+    chunk_rows: int,
+    probe_kwargs: dict,
+) -> CompiledModel:
+    """Return the compiled model of ``value_variables``, reused from an earlier step if possible.
+
+    A step method sampling all of a model's continuous variables (no
+    ``shared`` replacements) with the same options as an earlier one on the
+    same, unchanged model gets that step's :class:`CompiledModel`: its
+    density, probe and kernels are compiled once per process instead of
+    once per step object. The compiled functions read the data's current
+    values, so ``pm.set_data`` with data of the same shape keeps them valid;
+    any change of structure compiles anew. A compound step's block, whose
+    other variables are shared variables of its own, is always built anew.
+    """
+    options = (_options_key(compile_kwargs), _options_key(probe_kwargs))
+    cacheable = not shared and None not in options
+    if cacheable:
+        key = (_model_structure(model, value_variables, initial_point), *options, chunk_rows)
+        compiled = _COMPILED.get(model, {}).get(key)
+        if compiled is not None:
+            return compiled
+    density = build_minibatch_log_density(model, value_variables, shared)
+    compiled = CompiledModel(density, compile_kwargs, chunk_rows, probe_kwargs)
+    if cacheable:
+        _COMPILED.setdefault(model, {})[key] = compiled
+    return compiled

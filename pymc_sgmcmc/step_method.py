@@ -16,11 +16,12 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
 from pymc_sgmcmc.batches import IndexStream
-from pymc_sgmcmc.compiled_model import CompiledModel
+from pymc_sgmcmc.compiled_model import compiled_model
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import as_state
-from pymc_sgmcmc.minibatch import MinibatchError, build_minibatch_log_density
+from pymc_sgmcmc.loop import interpretable
+from pymc_sgmcmc.minibatch import MinibatchError
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
@@ -254,8 +255,16 @@ class StochasticGradientStep(ArrayStepShared):
             )
         self.tuning = tuning or TuningConfig()
         shared = pm.make_shared_replacements(initial_point, vars, model)
-        density = build_minibatch_log_density(model, vars, shared)
-        self.compiled = CompiledModel(density, compile_kwargs, self.tuning.chunk_rows, probe_kwargs)
+        self.compiled = compiled_model(
+            model,
+            vars,
+            initial_point,
+            shared,
+            compile_kwargs,
+            self.tuning.chunk_rows,
+            probe_kwargs,
+        )
+        density = self.compiled.density
         if batch_size is None:
             batch_size = min(100, density.n_rows)
         self._batches = IndexStream(density.n_rows, batch_size, replace=replace)
@@ -303,7 +312,8 @@ class StochasticGradientStep(ArrayStepShared):
         )
         # Compiled (with Numba, at its first call) before PyMC forks its chain
         # processes, so they share it.
-        if self.measures:
+        self._interprets = interpretable(self.dynamics)
+        if self.measures or self._interprets:
             point = {v.name: initial_point[v.name] for v in vars}
             self.compiled.probe.terms(DictToArrayBijection.map(point).data, np.arange(1))
         else:
@@ -431,10 +441,17 @@ class StochasticGradientStep(ArrayStepShared):
         }
         if settings.estimator == "control_variate":
             named.update(chain.centre.inputs())
+        chain.interpreted = self._interprets and chain.steps_taken < self.tuning.interpreted_steps
         chain.kernel_inputs = self._kernel().prepare(named, chain.state["position"].size)
 
     def _kernel(self):
-        settings = self.chain.settings
+        """Return the kernel the chain's next draw runs: interpreted or fused."""
+        chain = self.chain
+        settings = chain.settings
+        if chain.interpreted:
+            return self.compiled.interpreted_kernel(
+                self.dynamics, settings.estimator, settings.metric.kind
+            )
         return self.compiled.kernel(self.dynamics, settings.estimator, settings.metric.kind)
 
     # Sampling ---------------------------------------------------------------------
@@ -484,6 +501,9 @@ class StochasticGradientStep(ArrayStepShared):
             )
         if chain.diverged:
             return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps, 0)]
+        if chain.interpreted and chain.steps_taken >= self.tuning.interpreted_steps:
+            # The chain has run long enough for the fused kernel to pay.
+            self._prepare_kernel_inputs()
         if (
             settings.estimator == "control_variate"
             and self.control_variate_refresh is not None
@@ -496,9 +516,8 @@ class StochasticGradientStep(ArrayStepShared):
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
         state = {**chain.state, "position": settings.metric.to_coordinates(position)}
-        kernel = self._kernel()
         with interrupts_held:
-            result = kernel(state, indices, noise, step_values, chain.kernel_inputs)
+            result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken

@@ -14,6 +14,8 @@ from rules import position_terms
 from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.estimators import Centre, Probe, control_variate_gradient, minibatch_gradient
 from pymc_sgmcmc.kernel import Kernel, as_state
+from pymc_sgmcmc.loop import InterpretedKernel, interpretable
+from pymc_sgmcmc.metric import METRICS, metric_from_covariance
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.sghmc import Underdamped
@@ -232,3 +234,72 @@ def test_fused_control_variate_follows_another_block_that_moved():
         g = probe.gradient("control_variate", state["position"], indices[k], centre.inputs())
         state = Langevin.step(state, g, noise[k], {**inputs, "step_size": 1e-3})
     np.testing.assert_allclose(result.state["position"], state["position"], rtol=1e-10)
+
+
+INTERPRETABLE = [name for name, s in SAMPLERS.items() if interpretable(s.dynamics_class())]
+
+
+@pytest.mark.parametrize("metric_kind", sorted(METRICS))
+@pytest.mark.parametrize("sampler_name", INTERPRETABLE)
+def test_interpreted_loop_takes_the_fused_kernels_steps(density, sampler_name, metric_kind):
+    """Same inputs, same steps: the loop and the fused kernel agree to rounding, every metric."""
+    dynamics = SAMPLERS[sampler_name].dynamics_class()
+    probe = Probe(density)
+    centre = Centre(np.array([0.5, -0.3, 0.1]), np.array([3.0, -2.0, 1.0]))
+    covariance = np.array([[1.0, 0.6, 0.1], [0.6, 1.0, -0.5], [0.1, -0.5, 2.0]]) * 0.04
+    metric = (
+        METRICS["identity"]()
+        if metric_kind == "identity"
+        else metric_from_covariance(metric_kind, centre.position, covariance, spread=1.5)
+    )
+    assert metric.kind == metric_kind
+    named = {**chain_inputs(dynamics), **metric.inputs(), **centre.inputs(), "gradient_clip": 5.0}
+    fused = Kernel(density, control_variate_gradient(density), dynamics, None, type(metric))
+    loop = InterpretedKernel(probe, "control_variate", dynamics, type(metric))
+    rng = np.random.default_rng(5)
+    indices, _ = make_inputs(9)
+    noise = rng.standard_normal((9, dynamics.noise_vectors, 3))
+    step_sizes = np.linspace(0.01, 0.02, 9)
+    step_values = dynamics.step_values(lambda steps: step_sizes[steps], np.arange(9))
+    start = metric.to_coordinates(np.array([0.2, 0.1, -0.1]))
+    state = as_state(dynamics.initial_state(start, chain_inputs(dynamics), rng))
+
+    expected = fused(state, indices, noise, step_values, fused.prepare(named, 3))
+    result = loop(state, indices, noise, step_values, loop.prepare(named, 3))
+
+    assert result.steps_taken == expected.steps_taken == 9
+    assert result.clipped_steps == expected.clipped_steps > 0
+    for name, value in expected.state.items():
+        np.testing.assert_allclose(result.state[name], value, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(result.position, expected.position, rtol=1e-10)
+    np.testing.assert_allclose(result.log_density, expected.log_density, rtol=1e-10)
+    np.testing.assert_allclose(result.gradient_norm, expected.gradient_norm, rtol=1e-10)
+
+
+def test_interpreted_loop_stops_where_the_fused_kernel_stops(density):
+    probe = Probe(density)
+    fused = Kernel(density, minibatch_gradient(density), Langevin)
+    loop = InterpretedKernel(probe, "minibatch", Langevin(), METRICS["identity"])
+    named = chain_inputs(Langevin())
+    indices, noise = make_inputs(6, seed=2)
+    step_values = {"step_size": np.array([1e-3, 1e-3, 1e-3, np.inf, 1e-3, 1e-3])}
+    start = {"position": np.zeros(3)}
+    expected = fused(start, indices, noise, step_values, fused.prepare(named, 3))
+    result = loop(start, indices, noise, step_values, loop.prepare(named, 3))
+    assert result.steps_taken == expected.steps_taken == 3
+    np.testing.assert_allclose(result.state["position"], expected.state["position"], rtol=1e-12)
+
+
+def test_interpreted_loop_checks_its_inputs_once(density):
+    loop = InterpretedKernel(Probe(density), "minibatch", Langevin(), METRICS["diagonal"])
+    named = {**chain_inputs(Langevin()), "metric_shift": np.zeros(3), "metric_scale": np.ones(3)}
+    loop.prepare(named, 3)
+    with pytest.raises(ValueError, match="metric_scale"):
+        loop.prepare({**named, "metric_scale": np.ones(4)}, 3)
+    with pytest.raises(ValueError, match="needs the input 'temperature'"):
+        loop.prepare({k: v for k, v in named.items() if k != "temperature"}, 3)
+
+
+def test_samplers_with_position_terms_have_no_interpreted_loop(density):
+    with pytest.raises(ValueError, match="no interpreted form"):
+        InterpretedKernel(Probe(density), "minibatch", SAMPLERS["SGRLD"].dynamics_class(), None)

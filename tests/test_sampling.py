@@ -6,11 +6,13 @@ import arviz as az
 import matplotlib
 import numpy as np
 import pymc as pm
+import pytensor
 import pytest
 
 import pymc_sgmcmc
 from pymc_sgmcmc import SGHMC, SGLD, PolynomialDecay
 from pymc_sgmcmc.registry import SAMPLERS
+from pymc_sgmcmc.tuning import TuningConfig
 
 matplotlib.use("Agg")
 pytestmark = pytest.mark.integration
@@ -18,8 +20,7 @@ pytestmark = pytest.mark.integration
 STATS = {"step_size", "gradient_norm", "log_density", "diverging"}
 
 
-@pytest.fixture(scope="module")
-def model():
+def build_model():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(500, 2))
     y = x @ np.array([1.0, -1.0]) + rng.normal(size=500)
@@ -31,11 +32,16 @@ def model():
     return model
 
 
-def run(model, step_class=SGLD, cores=1, seed=7, **kwargs):
+@pytest.fixture(scope="module")
+def model():
+    return build_model()
+
+
+def run(model, step_class=SGLD, cores=1, seed=7, step_options=None, **kwargs):
     options = {"draws": 30, "tune": 20, "chains": 2, "progressbar": False}
     options.update(kwargs)
     with model:
-        step = step_class(batch_size=50, steps_per_draw=5)
+        step = step_class(batch_size=50, steps_per_draw=5, **(step_options or {}))
         return pm.sample(step=step, cores=cores, random_seed=seed, **options)
 
 
@@ -161,11 +167,86 @@ def test_warnings_reach_pymc_as_sampler_warnings(model, caplog):
     assert "leave step_size unset" in caplog.text
 
 
-def test_tuning_and_compiling_are_announced_before_the_first_draw(model, caplog):
+def test_tuning_and_compiling_are_announced_before_the_first_draw(caplog):
     """PyMC's progress bar stands still while a chain tunes and compiles: say why."""
     with caplog.at_level(logging.INFO, logger="pymc"):
-        run(model, chains=1)
+        run(build_model(), chains=1)
+        # The fused kernel is compiled when a chain has taken enough inner steps.
+        run(build_model(), chains=1, step_options={"tuning": TuningConfig(interpreted_steps=0)})
     messages = [record.getMessage() for record in caplog.records]
-    tuning = next(i for i, m in enumerate(messages) if "SGLD: tuning a chain" in m)
-    compiling = [m for m in messages[tuning:] if m.startswith("Compiling the Langevin kernel")]
-    assert len(compiling) == 1 and "PyTensor's cache" in compiling[0]
+    first, second = (i for i, m in enumerate(messages) if "SGLD: tuning a chain" in m)
+    assert any(m.startswith("Compiling the tuning functions") for m in messages[:first])
+    kernel = [i for i, m in enumerate(messages) if m.startswith("Compiling the Langevin kernel")]
+    assert len(kernel) == 1 and kernel[0] > second and "PyTensor's cache" in messages[kernel[0]]
+
+
+def test_chains_hand_over_from_the_interpreted_loop_to_the_fused_kernel(caplog):
+    """The hand-over point is counted in inner steps, so the draws do not depend on timing."""
+    handing_over = {"tuning": TuningConfig(interpreted_steps=200)}
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        first = run(build_model(), chains=2, cores=1, step_options=handing_over)
+    assert "Compiling the Langevin kernel" in caplog.text
+    again = run(build_model(), chains=2, cores=2, step_options=handing_over)
+    np.testing.assert_array_equal(
+        np.asarray(first.posterior["beta"]), np.asarray(again.posterior["beta"])
+    )
+
+
+def test_a_new_step_on_an_unchanged_model_reuses_what_was_compiled(caplog):
+    """Sampling the model again compiles nothing and gives the same draws; a change compiles."""
+    model = build_model()
+    with model:
+        first, second = SGHMC(batch_size=50), SGHMC(batch_size=50)
+        mode = pytensor.compile.mode.get_mode("NUMBA")
+        other_options = SGHMC(batch_size=50, compile_kwargs={"mode": mode})
+    assert second.compiled is first.compiled
+    assert other_options.compiled is not first.compiled
+    options = {"draws": 20, "tune": 50, "chains": 1, "progressbar": False, "random_seed": 3}
+    with model:
+        draws = [pm.sample(step=step, **options).posterior["beta"] for step in (first, second)]
+        with caplog.at_level(logging.INFO, logger="pymc"):
+            third = SGHMC(batch_size=50)
+            again = np.asarray(pm.sample(step=third, **options).posterior["beta"])
+    np.testing.assert_array_equal(np.asarray(draws[0]), np.asarray(draws[1]))
+    np.testing.assert_array_equal(np.asarray(draws[0]), again)
+    assert "Compiling" not in caplog.text
+
+    with model:
+        pm.Potential("pull", -5000.0 * pm.math.sum((model["beta"] - 3.0) ** 2))
+        pulled = SGHMC(batch_size=50)
+        shifted = np.asarray(pm.sample(step=pulled, **options).posterior["beta"])
+    assert pulled.compiled is not first.compiled
+    assert np.all(np.abs(shifted.mean(axis=(0, 1)) - 3.0) < 0.5)
+
+    with pm.Model():
+        data = pm.Data("data", np.zeros(300))
+        pm.Normal("observed", pm.Normal("mu"), 1.0, observed=data)
+        longer = SGLD(batch_size=50)
+        pm.set_data({"data": np.zeros(200)})
+        shorter = SGLD(batch_size=50)
+    assert shorter.compiled is not longer.compiled and shorter.density.n_rows == 200
+
+
+@pytest.mark.parametrize("interpreted_steps", [0, 30_000], ids=["fused", "interpreted"])
+def test_compound_step_gives_the_same_draws_whatever_cores(model, interpreted_steps):
+    """The other block's value reaches the compiled code in worker processes too."""
+
+    def compound(cores):
+        with model:
+            step = [
+                SGLD(
+                    vars=[model["beta"]],
+                    batch_size=50,
+                    steps_per_draw=5,
+                    tuning=TuningConfig(interpreted_steps=interpreted_steps),
+                ),
+                pm.Metropolis(vars=[model["sigma"]]),
+            ]
+            options = {"draws": 30, "tune": 20, "chains": 2, "random_seed": 4}
+            result = pm.sample(step=step, cores=cores, progressbar=False, **options)
+        return np.asarray(result.posterior["beta"]), np.asarray(result.posterior["sigma"])
+
+    sequential, parallel = compound(1), compound(2)
+    for one, other in zip(sequential, parallel, strict=True):
+        np.testing.assert_array_equal(one, other)
+    assert np.unique(sequential[1]).size > 2, "the other block must move"

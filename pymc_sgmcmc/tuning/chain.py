@@ -48,7 +48,10 @@ class ChainState:
         The sampler's state besides what PyMC holds (e.g. the momentum).
     centre : Centre or None
         The control-variate centre.
-    kernel_inputs : list of ndarray or None
+    interpreted : bool
+        Whether the chain's draws run in the interpreted loop, not yet in the
+        fused kernel.
+    kernel_inputs : list or dict of ndarray, or None
         The kernel's chain inputs, checked once.
     steps_taken, steps_since_refresh : int
         Inner steps so far, and since the control variate was last re-centred.
@@ -76,7 +79,8 @@ class ChainState:
     settings: ChainSettings | None = None
     state: dict | None = None
     centre: Centre | None = None
-    kernel_inputs: list | None = None
+    interpreted: bool = False
+    kernel_inputs: list | dict | None = None
     steps_taken: int = 0
     steps_since_refresh: int = 0
     diverged: bool = False

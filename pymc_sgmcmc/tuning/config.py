@@ -38,6 +38,13 @@ class TuningConfig:
         which a Newton stage stops.
     chunk_rows : int
         Rows per chunk of a full pass over the data (bounds memory).
+    interpreted_steps : int
+        Inner steps each chain takes with the interpreted loop
+        (:mod:`pymc_sgmcmc.loop`) before the fused kernel is compiled and
+        takes over; 0 compiles the fused kernel for the first draw. The loop
+        costs tens of microseconds more per step and compiles nothing, so
+        shorter runs never pay for a compilation, and a long run pays at
+        most about as much again as compiling the kernel with warm caches.
     noise_points, noise_batches : int
         Points drawn from the Laplace approximation at which the gradient
         noise is measured, and independent minibatches per point.
@@ -86,6 +93,7 @@ class TuningConfig:
     newton_steps: int = 20
     newton_tolerance: float = 1e-4
     chunk_rows: int = 50_000
+    interpreted_steps: int = 30_000
     noise_points: int = 8
     noise_batches: int = 32
     curvature_grid: int = 8

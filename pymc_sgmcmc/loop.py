@@ -1,0 +1,158 @@
+"""Inner steps run by a Python loop around the probe's compiled gradient, with nothing to compile.
+
+A fused kernel (:mod:`pymc_sgmcmc.kernel`) runs K inner steps in one
+compiled call, but compiling it costs about a second per process with warm
+caches and tens of seconds for a model new to them. The
+:class:`InterpretedKernel` takes the same inner steps from the same
+declaration: it calls the gradient estimator the tuner already compiled
+(:class:`~pymc_sgmcmc.estimators.Probe`) once per step and applies the
+dynamics' update rule, the metric's maps and the gradient clipping with
+numpy. Each step costs tens of microseconds more than in the fused loop,
+so a chain starts with it and hands over to the fused kernel once it has
+taken enough steps for the compilation to pay (see
+:attr:`~pymc_sgmcmc.tuning.TuningConfig.interpreted_steps`); short runs never
+compile a kernel.
+
+Dynamics whose update reads position terms built by autodiff inside the
+kernel (pSGLD's correction, SGRLD's metric) have no interpreted form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from pymc.logprob.utils import ParameterValueError
+
+from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.estimators import Probe
+from pymc_sgmcmc.kernel import KernelResult
+from pymc_sgmcmc.metric import Metric
+
+__all__ = ["InterpretedKernel", "interpretable"]
+
+
+def interpretable(dynamics: Dynamics) -> bool:
+    """Return whether ``dynamics`` can run in an :class:`InterpretedKernel`."""
+    return not dynamics.position_inputs
+
+
+class InterpretedKernel:
+    """K inner steps of a sampler, taken one gradient call at a time.
+
+    Called as a :class:`~pymc_sgmcmc.kernel.Kernel` is, with the same
+    arguments, it returns the same :class:`~pymc_sgmcmc.kernel.KernelResult`
+    up to floating-point rounding.
+
+    Parameters
+    ----------
+    probe : Probe
+        The compiled minibatch density and gradient estimators.
+    estimator : str
+        The gradient estimator (a key of
+        :data:`pymc_sgmcmc.estimators.ESTIMATORS`).
+    dynamics : Dynamics
+        The sampler's declaration; it must have no position terms.
+    metric : type of Metric
+        The kind of metric the chain runs in.
+    """
+
+    def __init__(self, probe: Probe, estimator: str, dynamics: Dynamics, metric: type[Metric]):
+        if not interpretable(dynamics):
+            raise ValueError(
+                f"The {dynamics.name} update reads position terms built inside the compiled "
+                "kernel; it has no interpreted form."
+            )
+        self.probe = probe
+        self.estimator = estimator
+        self.dynamics = dynamics
+        self.metric = metric
+        self.state_names = ("position", *(entry.name for entry in dynamics.state))
+        self._chain_names = tuple(spec.name for spec in dynamics.chain_inputs_spec)
+        self._shapes = {
+            spec.name: () if spec.scalar else ("D",) for spec in dynamics.chain_inputs_spec
+        } | dict(metric.input_shapes)
+
+    def prepare(self, named: Mapping[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
+        """Check a chain's named inputs once and return them as float arrays.
+
+        Raises
+        ------
+        ValueError
+            If an input of the dynamics or the metric is missing, or a vector
+            over the coordinates does not have ``size`` entries.
+        """
+        named = {"gradient_clip": np.inf, **named}
+        values = {}
+        for name, value in named.items():
+            values[name] = np.asarray(value, dtype="float64" if name in self._shapes else None)
+        for name, template in self._shapes.items():
+            if name not in values:
+                raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
+            expected = tuple(size if length == "D" else length for length in template)
+            shape = values[name].shape
+            if len(shape) != len(expected) or any(
+                length is not None and length != actual
+                for length, actual in zip(expected, shape, strict=True)
+            ):
+                raise ValueError(
+                    f"The {self.dynamics.name} kernel input {name!r} has shape {shape}; expected "
+                    f"{tuple('any' if n is None else n for n in expected)}."
+                )
+        return values
+
+    def __call__(
+        self,
+        state: Mapping[str, np.ndarray],
+        indices: np.ndarray,
+        noise: np.ndarray,
+        step_inputs: Mapping[str, np.ndarray],
+        values: Mapping[str, np.ndarray],
+    ) -> KernelResult:
+        """Take ``len(indices)`` inner steps from ``state`` (see :meth:`Kernel.__call__`).
+
+        The loop stops at the first step whose gradient or new state is not
+        finite and returns the last finite state, as the fused loop does.
+        """
+        metric, dynamics, probe, estimator = self.metric, self.dynamics, self.probe, self.estimator
+        metric_inputs = {name: values[name] for name in metric.input_shapes}
+        rule_inputs = {name: values[name] for name in self._chain_names}
+        clip = float(values["gradient_clip"])
+        steps_taken = clipped_steps = 0
+        gradient_norm = np.nan
+        # A non-finite step ends the loop and is reported as a divergence, not
+        # as numpy's warnings.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for k in range(len(indices)):
+                position = metric.to_position(state["position"], metric_inputs)
+                try:
+                    estimate = probe.gradient(estimator, position, indices[k], values)
+                except ParameterValueError:
+                    break
+                gradient = metric.pull_gradient(estimate, metric_inputs)
+                norm = float(np.sqrt(gradient @ gradient))
+                if norm > clip:
+                    gradient = gradient * (clip / norm)
+                for name in dynamics.step_inputs:
+                    rule_inputs[name] = step_inputs[name][k]
+                new_state = dynamics.step(state, gradient, noise[k], rule_inputs)
+                new_state = {
+                    name: np.asarray(new_state[name], dtype="float64") for name in self.state_names
+                }
+                finite = all(np.all(np.isfinite(value)) for value in new_state.values())
+                if not (finite and np.isfinite(norm)):
+                    break
+                state = new_state
+                steps_taken += 1
+                clipped_steps += norm > clip
+                gradient_norm = norm
+        position = np.asarray(metric.to_position(state["position"], metric_inputs), dtype=float)
+        log_prior, _, log_likelihood, _ = probe.terms(position, indices[-1])
+        return KernelResult(
+            dict(state),
+            position,
+            float(log_prior + log_likelihood),
+            gradient_norm,
+            steps_taken,
+            int(clipped_steps),
+        )
