@@ -80,7 +80,7 @@ class CompiledModel:
         """
         if isinstance(dynamics, type):
             dynamics = dynamics()
-        key = (type(dynamics), dynamics.graph_options(), estimator, metric)
+        key = _kernel_key(dynamics, estimator, metric)
         if key not in self._kernels:
             _log.info(
                 "Compiling the %s kernel: %s gradient, %s metric (%s).",
@@ -105,12 +105,17 @@ class CompiledModel:
 
         It compiles nothing beyond the probe, which the measurements use too.
         """
-        key = (type(dynamics), dynamics.graph_options(), estimator, metric)
+        key = _kernel_key(dynamics, estimator, metric)
         if key not in self._interpreted:
             self._interpreted[key] = InterpretedKernel(
                 self.probe, estimator, dynamics, METRICS[metric]
             )
         return self._interpreted[key]
+
+
+def _kernel_key(dynamics: Dynamics, estimator: str, metric: str) -> tuple:
+    """Return what a kernel depends on: the declaration, its graph options, estimator, metric."""
+    return (type(dynamics), dynamics.graph_options(), estimator, metric)
 
 
 #: The compiled models of each live model, by what they were compiled from.

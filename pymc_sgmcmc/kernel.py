@@ -17,7 +17,7 @@ from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.metric import IdentityMetric, Metric
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["Kernel", "KernelResult", "as_state"]
+__all__ = ["Kernel", "KernelResult", "as_state", "check_input_shape"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,23 @@ class KernelResult:
 def as_state(state: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Return a sampler state as the kernel reads it: float64 arrays (0-d for scalars)."""
     return {name: np.asarray(value, dtype="float64") for name, value in state.items()}
+
+
+def check_input_shape(sampler: str, name: str, value: np.ndarray, template, size: int) -> None:
+    """Raise ValueError unless ``value`` has the shape ``template`` declares.
+
+    ``template`` holds one entry per dimension: ``"D"`` for the ``size``
+    coordinates, ``None`` for any length, or a length.
+    """
+    expected = tuple(size if length == "D" else length for length in template)
+    if value.ndim != len(expected) or any(
+        length is not None and length != actual
+        for length, actual in zip(expected, value.shape, strict=True)
+    ):
+        raise ValueError(
+            f"The {sampler} kernel input {name!r} has shape {value.shape}; "
+            f"expected {tuple('any' if n is None else n for n in expected)}."
+        )
 
 
 class Kernel:
@@ -243,15 +260,7 @@ class Kernel:
             kind = self._input_types[name]
             value = np.array(named[name], dtype=kind.dtype, order="C")
             template = self._shapes.get(name, kind.shape)
-            expected = tuple(size if length == "D" else length for length in template)
-            if value.ndim != kind.ndim or any(
-                length is not None and length != actual
-                for length, actual in zip(expected, value.shape, strict=True)
-            ):
-                raise ValueError(
-                    f"The {self.dynamics.name} kernel input {name!r} has shape {value.shape}; "
-                    f"expected {tuple('any' if n is None else n for n in expected)}."
-                )
+            check_input_shape(self.dynamics.name, name, value, template, size)
             values.append(value)
         return values
 

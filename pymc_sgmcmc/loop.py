@@ -26,7 +26,7 @@ from pymc.logprob.utils import ParameterValueError
 
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Probe
-from pymc_sgmcmc.kernel import KernelResult
+from pymc_sgmcmc.kernel import KernelResult, check_input_shape
 from pymc_sgmcmc.metric import Metric
 
 __all__ = ["InterpretedKernel", "interpretable"]
@@ -89,16 +89,7 @@ class InterpretedKernel:
         for name, template in self._shapes.items():
             if name not in values:
                 raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
-            expected = tuple(size if length == "D" else length for length in template)
-            shape = values[name].shape
-            if len(shape) != len(expected) or any(
-                length is not None and length != actual
-                for length, actual in zip(expected, shape, strict=True)
-            ):
-                raise ValueError(
-                    f"The {self.dynamics.name} kernel input {name!r} has shape {shape}; expected "
-                    f"{tuple('any' if n is None else n for n in expected)}."
-                )
+            check_input_shape(self.dynamics.name, name, values[name], template, size)
         return values
 
     def __call__(
