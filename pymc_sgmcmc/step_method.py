@@ -128,7 +128,10 @@ class StochasticGradientStep(ArrayStepShared):
         inner steps (one full pass over the data each time); never by default.
     bias_budget : float, default 0.05
         Largest predicted relative inflation of the posterior variance
-        (0.05: about 2.5% on the sds) from discretisation and gradient noise.
+        (0.05: about 2.5% on the sds) from discretisation and gradient noise,
+        and, once the tune draws have shown how far that inflation moves the
+        posterior means of a skewed posterior, largest predicted move of a
+        mean in posterior sds.
     clip_gradient : float, optional
         Clip the gradient estimate to this Euclidean norm, in the coordinates
         the chain samples in (with the default metric, coordinates in which

@@ -12,6 +12,7 @@ from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.estimators import Probe, control_variate_gradient
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
+from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
 
@@ -271,3 +272,30 @@ def test_every_sampler_travels_and_is_measured_again(name, caplog):
     if name != "CyclicalSGLD":  # its step size varies along the cycle anyway
         assert steps[after] < steps[first]
     assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
+
+
+def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(caplog):
+    """Non-centred radon-like (N = 1,000, 20 groups): ``tau``'s mean moves by about 3 of its
+    sds per unit of variance inflation, so each chain's tune windows cut the inflation allowed
+    to keep that move within the bias budget in sds.
+    """
+    model = radon_like(n_rows=1000, n_groups=20, centred=False).model
+    with caplog.at_level(logging.INFO, logger="pymc"), model:
+        step = SGLD(batch_size=100)
+        result = pm.sample(
+            step=step,
+            tune=1000,
+            draws=5,
+            chains=2,
+            cores=1,
+            random_seed=7,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert caplog.text.count("the tune draws show a skewed posterior") == 2
+    inflation = np.asarray(result.sample_stats["predicted_inflation"])[:, -1]
+    assert np.all(inflation < 0.05 / 1.5)
+    chain = step.chain
+    assert chain.measurements.tempering_sensitivity > 1.5
+    move = chain.settings.predicted_inflation * chain.measurements.tempering_sensitivity
+    assert move <= 0.05 * (1 + 1e-6)

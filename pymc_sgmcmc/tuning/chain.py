@@ -25,6 +25,7 @@ from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.measure import Measurements, measure, measure_at_draws
+from pymc_sgmcmc.tuning.tempering import log_density_at_draws, tempering_sensitivity
 from pymc_sgmcmc.tuning.tuner import ChainSettings, UserChoices, choose_settings, fixed_settings
 from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
 
@@ -273,38 +274,73 @@ class ChainAdapter:
         chain.windows_closed += 1
         settings = chain.settings
         independent = independent_draws(len(draws), settings.steps_per_draw, settings.relaxation)
-        if independent < 2 * position.size:
-            return None
         # A given step size predicted to inflate the variance beyond the budget
         # (the user has been warned) spreads the draws by that inflation, not
         # by the posterior: measuring the metric on them would widen the steps
         # in the model's coordinates and compound the inflation.
         if settings.predicted_inflation > self.choices.bias_budget:
             return None
-        check = check_window(
-            draws, settings.metric, independent, self.tuning, self.choices.temperature
-        )
-        if not check.disagrees:
+        skewed = self.check_tempering(chain, draws, independent, rng)
+        # A covariance needs more independent draws than a covariance with log p.
+        check = None
+        if independent >= 2 * position.size:
+            check = check_window(
+                draws, settings.metric, independent, self.tuning, self.choices.temperature
+            )
+        disagrees = check is not None and check.disagrees
+        if not (skewed or disagrees):
             return None
-        chain.measurements = refine(
-            chain.measurements,
-            check,
-            settings.metric,
-            draws,
-            self.probe,
-            rng,
-            self.choices.estimators,
-            self.tuning,
-        )
+        messages = []
+        if disagrees:
+            chain.measurements = refine(
+                chain.measurements,
+                check,
+                settings.metric,
+                draws,
+                self.probe,
+                rng,
+                self.choices.estimators,
+                self.tuning,
+            )
+            messages.append(
+                f"{self.name}: the tune draws' variance differs from the Laplace approximation "
+                f"at the mode by a factor {check.worst_ratio:.2g} along one direction; the "
+                "metric, noise and step size were measured again where the chain went."
+            )
         chain.settings = choose_settings(
             self.dynamics, chain.measurements, self.choices, self.tuning, self.name
         )
-        return [
-            f"{self.name}: the tune draws' variance differs from the Laplace approximation at "
-            f"the mode by a factor {check.worst_ratio:.2g} along one direction; the metric, "
-            "noise and step size were measured again where the chain went.",
-            *(m for m in chain.settings.warnings if m not in settings.warnings),
-        ]
+        return [*messages, *(m for m in chain.settings.warnings if m not in settings.warnings)]
+
+    def check_tempering(self, chain: ChainState, draws: np.ndarray, independent: float, rng):
+        """Measure how far the chain's variance inflation moves the means; True if too far.
+
+        The tempering sensitivity measured on a window's draws
+        (:mod:`pymc_sgmcmc.tuning.tempering`) is kept in the chain's
+        measurements (the largest of its windows'), where the tuner reads it.
+        A given step size is left as it is.
+        """
+        if self.choices.step_size is not None:
+            return False
+        temperature = self.choices.temperature
+        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
+        sensitivity = tempering_sensitivity(draws, log_density, independent)
+        measurements = chain.measurements
+        if sensitivity <= measurements.tempering_sensitivity:
+            return False
+        chain.measurements = replace(measurements, tempering_sensitivity=sensitivity)
+        move = chain.settings.predicted_inflation * sensitivity
+        budget = self.choices.bias_budget
+        if not move > budget:
+            return False
+        _log.info(
+            "%s: the tune draws show a skewed posterior whose means the variance inflation "
+            "would move by about %.2g sd; the step size is reduced to keep that within %g sd.",
+            self.name,
+            move,
+            budget,
+        )
+        return True
 
     def steps_this_draw(self, chain: ChainState, tune: bool) -> int:
         """Inner steps of the next draw: one per tune draw once adaptation has settled.

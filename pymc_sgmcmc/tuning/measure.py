@@ -67,6 +67,10 @@ class Measurements:
         samples (2 x D x D).
     noise_samples : int
         Gradient samples behind each noise covariance.
+    tempering_sensitivity : float
+        The largest move of a posterior mean, in posterior sds, per unit of
+        variance inflation, estimated from tune draws
+        (:mod:`pymc_sgmcmc.tuning.tempering`); 0 until a window has measured it.
     """
 
     mode: np.ndarray
@@ -80,6 +84,7 @@ class Measurements:
     draw_covariance: np.ndarray | None = None
     noise_halves: dict | None = None
     noise_samples: int = 0
+    tempering_sensitivity: float = 0.0
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.

@@ -10,7 +10,9 @@ friction and other hyperparameters it will actually run with. At
 temperature :math:`\tau` the target is :math:`N(0, \tau / a)` and the noise
 weighs as :math:`v / \tau`. The tuner picks the largest step size whose
 predicted variance inflation stays within the bias budget at every curvature
-of the range, the metric and gradient estimator with the shortest
+of the range (a smaller budget where the tune draws showed that the inflation
+moves the means by more than the budget in posterior sds, see
+:mod:`pymc_sgmcmc.tuning.tempering`), the metric and gradient estimator with the shortest
 relaxation time per unit of work (the work of an inner step counts the
 metric's multiply-adds against the gradient's, about ``2 B D``), and about
 one relaxation time of inner steps per draw.
@@ -210,6 +212,9 @@ def choose_settings(
         temperature = 1.0
     given = choices.step_size
     constant = given.value if isinstance(given, ConstantStepSize) else None
+    # The inflation allowed also moves skewed posteriors' means, by the
+    # tempering sensitivity per unit of inflation: both stay within the budget.
+    budget = choices.bias_budget / max(1.0, measurements.tempering_sensitivity)
 
     candidates = []
     gradient_work = 2.0 * measurements.batch_size * size
@@ -218,7 +223,7 @@ def choose_settings(
         metric_cost = 1.0 + metric.extra_work(size) / gradient_work
         for estimator in choices.estimators:
             noise = measurements.noise(estimator, factor)
-            tuned = _largest_step_size(model, curvatures, noise / temperature, choices.bias_budget)
+            tuned = _largest_step_size(model, curvatures, noise / temperature, budget)
             step_size = constant or tuned
             relaxation = max(
                 model.relaxation(step_size, a, noise / temperature) for a in curvatures
@@ -277,10 +282,10 @@ def choose_settings(
             f"variance by {100 * inflation:.0f}% (budget {100 * choices.bias_budget:.0f}%); "
             "leave step_size unset to have it chosen."
         )
-    elif given is None and inflation > choices.bias_budget:
+    elif given is None and inflation > budget:
         warnings.append(
             f"{sampler_name}: no step size keeps the predicted variance inflation within the "
-            f"bias budget ({100 * inflation:.0f}% against {100 * choices.bias_budget:.0f}%); "
+            f"bias budget ({100 * inflation:.0f}% against {100 * budget:.0f}%); "
             f"{dynamics.over_budget_advice()}."
         )
     if not measurements.log_concave:

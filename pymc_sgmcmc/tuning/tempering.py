@@ -1,0 +1,111 @@
+r"""How far the bias budget's variance inflation moves the posterior means.
+
+The step-size rules keep a chain's predicted variance inflation within the
+bias budget :math:`\varepsilon`. To first order a chain whose variance is
+inflated by :math:`\varepsilon` samples the posterior tempered to
+:math:`p^{1/(1+\varepsilon)}`, and tempering moves every mean by
+
+.. math::
+
+    \frac{d}{d\varepsilon} \operatorname{E}_\varepsilon[\theta_i]
+    = -\operatorname{Cov}_p\!\left(\theta_i, \log p(\theta)\right).
+
+On a Gaussian posterior the covariance is zero, and so it stays small on the
+near-Gaussian ones. On a skewed or curved posterior it grows with the number
+of coordinates that a parameter couples: ``log p`` spreads with an sd of about
+:math:`\sqrt{D/2}`, so a hierarchical scale that sets how widely many group
+effects spread (``tau`` of a non-centred model) moves by several of its sds
+per unit of inflation. :func:`tempering_sensitivity` estimates the largest
+such move from a chain's tune draws, in posterior sds per unit of inflation,
+and the tuner then shrinks the inflation allowed so that the predicted move
+stays within the bias budget in posterior sds as well
+(:func:`pymc_sgmcmc.tuning.tuner.choose_settings`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+from pymc_sgmcmc.estimators import Probe
+from pymc_sgmcmc.tuning.config import TuningConfig
+
+__all__ = ["FALSE_ALARM", "log_density_at_draws", "tempering_sensitivity"]
+
+#: Chance that a posterior whose means do not move reads as one whose do.
+FALSE_ALARM = 0.01
+
+
+def log_density_at_draws(
+    probe: Probe, draws: np.ndarray, rng, config: TuningConfig, temperature: float = 1.0
+) -> np.ndarray:
+    """Return the log posterior at each draw, up to a constant shared by all draws.
+
+    On all rows where there are at most ``max(config.hessian_rows,
+    config.hessian_rows_per_coordinate * D)`` of them. On more, the
+    log likelihood is estimated on that many rows, the same for every draw,
+    with the full-data gradient at the draws' mean as a control variate: the
+    estimate's error is then the subsample's error in the curvature, a
+    function even in the distance from the mean, which leaves the covariances
+    with the coordinates unbiased to first order. The cost is one full-data
+    pass and one subsample evaluation per draw.
+
+    The log density is divided by ``temperature``: tempered draws sample
+    ``p^(1/temperature)``.
+    """
+    draws = np.asarray(draws, dtype=float)
+    rows = max(config.hessian_rows, config.hessian_rows_per_coordinate * draws.shape[1])
+    if probe.n_rows <= rows:
+        indices = np.arange(probe.n_rows)
+        correction = np.zeros(draws.shape[1])
+    else:
+        indices = np.sort(rng.choice(probe.n_rows, rows, replace=False))
+        middle = draws.mean(axis=0)
+        _, full_gradient = probe.full_likelihood(middle)
+        _, _, _, subsample_gradient = probe.terms(middle, indices)
+        correction = full_gradient - subsample_gradient
+    values = np.empty(len(draws))
+    for k, draw in enumerate(draws):
+        log_prior, _, log_likelihood, _ = probe.terms(draw, indices)
+        values[k] = log_prior + log_likelihood + correction @ draw
+    return values / temperature
+
+
+def tempering_sensitivity(draws: np.ndarray, log_density: np.ndarray, independent: float) -> float:
+    r"""Return the largest move of a posterior mean per unit of variance inflation, in sds.
+
+    For each coordinate :math:`i`, the draws' estimate of
+    :math:`|\operatorname{Cov}(\theta_i, \log p)| / \operatorname{sd}(\theta_i)`.
+    Each estimate carries a sampling error, the sd of the products of the
+    centred coordinate and log density over :math:`\sqrt{n}` for
+    ``independent`` draws :math:`n`, in the same units. Estimates within the
+    largest of D such errors are set to zero (a Bonferroni bound: a Gaussian
+    posterior of any number of coordinates, whose true sensitivity is zero,
+    reads as sensitive in at most 1% of windows), so that only a move that
+    stands out counts.
+
+    Parameters
+    ----------
+    draws : ndarray, shape (n, D)
+        The chain's tune draws, in the sampled coordinates.
+    log_density : ndarray, shape (n,)
+        The log posterior at each draw (:func:`log_density_at_draws`).
+    independent : float
+        How many independent draws they are worth; below 10 nothing is
+        estimated.
+
+    Returns
+    -------
+    float
+        0 where no coordinate's move stands out from the sampling error.
+    """
+    draws = np.asarray(draws, dtype=float)
+    if independent < 10:
+        return 0.0
+    spread = np.where(draws.std(axis=0) > 0, draws.std(axis=0), np.inf)
+    products = (draws - draws.mean(axis=0)) * (log_density - log_density.mean())[:, None]
+    moves = np.abs(products.mean(axis=0)) / spread
+    error = products.std(axis=0) / spread / np.sqrt(independent)
+    threshold = error * norm.isf(FALSE_ALARM / (2.0 * draws.shape[1]))
+    significant = moves[moves > threshold]
+    return float(significant.max()) if significant.size else 0.0
