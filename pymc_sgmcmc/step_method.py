@@ -524,6 +524,11 @@ class StochasticGradientStep(ArrayStepShared):
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken
+        if result.steps_taken < n_steps and self.tune and chain.travelling:
+            # The travel budget's steps left the curvatures they were chosen for.
+            self._start_from(position, self.adapter.travel_diverged(chain))
+            stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
+            return q0, [stats]
         if result.steps_taken < n_steps:
             self._diverge(step_sizes[result.steps_taken])
         stats = self._stats(

@@ -299,3 +299,29 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
     assert chain.measurements.tempering_sensitivity > 1.5
     move = chain.settings.predicted_inflation * chain.measurements.tempering_sensitivity
     assert move <= 0.05 * (1 + 1e-6)
+
+
+def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
+    """Full-data gradients on the non-centred radon-like model: a travel window at a bias
+    budget of 1 takes steps near the edge of stability, and one of them diverges. The chain
+    goes back to its last draw and travels on at a quarter of the budget, instead of
+    stopping where it diverged for the rest of the run.
+    """
+    model = radon_like(n_rows=1000, n_groups=20, centred=False).model
+    with caplog.at_level(logging.INFO, logger="pymc"), model:
+        result = pm.sample(
+            step=SGLD(batch_size=1000),
+            tune=400,
+            draws=10,
+            chains=2,
+            cores=1,
+            random_seed=0,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert "a travelling step diverged at a bias budget of 1;" in caplog.text
+    assert "the chain stops moving" not in caplog.text
+    assert not np.any(np.asarray(result.sample_stats["diverging"]))
+    tau = np.asarray(result.posterior["tau"])
+    assert np.all(np.isfinite(tau) & (tau > 0))
+    assert np.all(np.ptp(tau, axis=1) > 0)

@@ -74,6 +74,9 @@ class ChainState:
         Whether the chain runs its current tune window at the travel budget
         (it relaxed too slowly where it was measured) and is to be measured
         again at that window's draws.
+    travel_budget : float
+        The bias budget the chain travels at: the adapter's, lowered each
+        time a travelling step diverged.
     """
 
     batches: IndexStream
@@ -92,6 +95,7 @@ class ChainState:
     windows_closed: int = 0
     tune_draws: int = 0
     travelling: bool = False
+    travel_budget: float = 0.0
 
 
 class ChainAdapter:
@@ -184,7 +188,7 @@ class ChainAdapter:
                 self.travel_if_slow(chain, tune)
         return position, [] if chain.travelling else chain.settings.warnings
 
-    def travel_if_slow(self, chain: ChainState, tune: bool) -> None:
+    def travel_if_slow(self, chain: ChainState, tune: bool, budget: float | None = None) -> None:
         """Run the next tune window at the travel budget if the chain is slow where measured.
 
         At a mode far from the posterior's mass (the joint mode of a
@@ -193,19 +197,22 @@ class ChainAdapter:
         budget then allows steps so small that the chain would not leave the
         mode during tune. Its tune draws are discarded, so the first window
         takes larger steps instead, and the chain is measured again at that
-        window's draws (:meth:`finish_travel`).
+        window's draws (:meth:`finish_travel`). ``budget`` is the bias budget
+        to travel at (:meth:`travel_budget` by default).
         """
         if not (tune and self.windows and self.choices.step_size is None):
             return
         if not chain.settings.relaxation > self.tuning.slow_relaxation:
             return
-        travel_choices = replace(self.choices, bias_budget=self.travel_budget())
+        budget = self.travel_budget() if budget is None else budget
+        travel_choices = replace(self.choices, bias_budget=budget)
         travel = choose_settings(
             self.dynamics, chain.measurements, travel_choices, self.tuning, self.name
         )
         if travel.relaxation < chain.settings.relaxation:
             chain.settings = travel
             chain.travelling = True
+            chain.travel_budget = budget
 
     def travel_budget(self) -> float:
         """Return the bias budget a travelling window runs at (never below the user's)."""
@@ -230,7 +237,7 @@ class ChainAdapter:
             "at a bias budget of %g and was measured again where it went.",
             self.name,
             len(draws),
-            self.travel_budget(),
+            chain.travel_budget,
         )
         # Still moving (the draws' mean several of their sds from where the
         # chain was last measured) and still slow: travel on through the next window.
@@ -241,6 +248,35 @@ class ChainAdapter:
             self.travel_if_slow(chain, tune)
         if not chain.travelling:
             # The tune windows check the settings chosen where the chain arrived.
+            chain.windows_closed = 0
+            chain.tune_draws = 0
+        return [] if chain.travelling else chain.settings.warnings
+
+    def travel_diverged(self, chain: ChainState) -> list:
+        """Travel on at a quarter of the budget after a travelling step diverged.
+
+        The travel budget allows steps near the edge of stability, and a
+        curvature beyond the measured range (a funnel's neck) can push them
+        over it. The chain starts again from its last draw (the step method
+        does that) and travels at a quarter of the budget, or, once that is
+        no larger than the bias budget, samples with the settings chosen for
+        the bias budget. Returns the messages for PyMC.
+        """
+        budget = chain.travel_budget / 4.0
+        chain.travelling = False
+        chain.settings = choose_settings(
+            self.dynamics, chain.measurements, self.choices, self.tuning, self.name
+        )
+        _log.info(
+            "%s: a travelling step diverged at a bias budget of %g; the chain went back to "
+            "its last draw.",
+            self.name,
+            chain.travel_budget,
+        )
+        if budget > self.choices.bias_budget:
+            self.travel_if_slow(chain, True, budget)
+        if not chain.travelling:
+            chain.window = []
             chain.windows_closed = 0
             chain.tune_draws = 0
         return [] if chain.travelling else chain.settings.warnings
