@@ -245,12 +245,21 @@ class ChainAdapter:
         shift = np.abs(draws.mean(axis=0) - previous.mode)
         moved = np.max(shift / np.where(spread > 0, spread, np.inf))
         if moved > self.tuning.travel_shift:
-            self.travel_if_slow(chain, tune)
-        if not chain.travelling:
-            # The tune windows check the settings chosen where the chain arrived.
-            chain.windows_closed = 0
-            chain.tune_draws = 0
-        return [] if chain.travelling else chain.settings.warnings
+            self.travel_if_slow(chain, tune, chain.travel_budget)
+        return self._travel_messages(chain)
+
+    def _travel_messages(self, chain: ChainState) -> list:
+        """Return the messages for PyMC once a travel window has closed.
+
+        A chain that stopped travelling starts its tune windows again, to
+        check the settings chosen where it arrived.
+        """
+        if chain.travelling:
+            return []
+        chain.window = []
+        chain.windows_closed = 0
+        chain.tune_draws = 0
+        return chain.settings.warnings
 
     def travel_diverged(self, chain: ChainState) -> list:
         """Travel on at a quarter of the budget after a travelling step diverged.
@@ -275,11 +284,7 @@ class ChainAdapter:
         )
         if budget > self.choices.bias_budget:
             self.travel_if_slow(chain, True, budget)
-        if not chain.travelling:
-            chain.window = []
-            chain.windows_closed = 0
-            chain.tune_draws = 0
-        return [] if chain.travelling else chain.settings.warnings
+        return self._travel_messages(chain)
 
     def record_tune_draw(self, chain: ChainState, position, rng, tune: bool):
         """Add a tune draw to the current window; refine the settings when it closes.
