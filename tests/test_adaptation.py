@@ -320,6 +320,7 @@ def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
             compute_convergence_checks=False,
         )
     assert "a travelling step diverged at a bias budget of 1;" in caplog.text
+    assert "at a bias budget of 0.25 and was measured again" in caplog.text
     assert "the chain stops moving" not in caplog.text
     assert not np.any(np.asarray(result.sample_stats["diverging"]))
     tau = np.asarray(result.posterior["tau"])
