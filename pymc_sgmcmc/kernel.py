@@ -17,7 +17,7 @@ from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.metric import IdentityMetric, Metric
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["Kernel", "KernelResult", "as_state", "check_input_shape"]
+__all__ = ["Kernel", "KernelResult", "as_state", "checked_input"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,20 @@ def as_state(state: Mapping[str, object]) -> dict[str, np.ndarray]:
     return {name: np.asarray(value, dtype="float64") for name, value in state.items()}
 
 
-def check_input_shape(sampler: str, name: str, value: np.ndarray, template, size: int) -> None:
-    """Raise ValueError unless ``value`` has the shape ``template`` declares.
+def checked_input(sampler: str, named: Mapping, name: str, dtype, template, size: int):
+    """Return input ``name`` of ``named`` as a C-ordered array of ``dtype``, checked.
 
     ``template`` holds one entry per dimension: ``"D"`` for the ``size``
     coordinates, ``None`` for any length, or a length.
+
+    Raises
+    ------
+    ValueError
+        If the input is missing or its shape is not the one ``template`` declares.
     """
+    if name not in named:
+        raise ValueError(f"The {sampler} kernel needs the input {name!r}.")
+    value = np.array(named[name], dtype=dtype, order="C")
     expected = tuple(size if length == "D" else length for length in template)
     if value.ndim != len(expected) or any(
         length is not None and length != actual
@@ -69,6 +77,7 @@ def check_input_shape(sampler: str, name: str, value: np.ndarray, template, size
             f"The {sampler} kernel input {name!r} has shape {value.shape}; "
             f"expected {tuple('any' if n is None else n for n in expected)}."
         )
+    return value
 
 
 class Kernel:
@@ -255,13 +264,11 @@ class Kernel:
         named = {"gradient_clip": np.inf, **named}
         values = []
         for name in self.input_names:
-            if name not in named:
-                raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
             kind = self._input_types[name]
-            value = np.array(named[name], dtype=kind.dtype, order="C")
             template = self._shapes.get(name, kind.shape)
-            check_input_shape(self.dynamics.name, name, value, template, size)
-            values.append(value)
+            values.append(
+                checked_input(self.dynamics.name, named, name, kind.dtype, template, size)
+            )
         return values
 
     def __call__(

@@ -26,7 +26,7 @@ from pymc.logprob.utils import ParameterValueError
 
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Probe
-from pymc_sgmcmc.kernel import KernelResult, check_input_shape
+from pymc_sgmcmc.kernel import KernelResult, checked_input
 from pymc_sgmcmc.metric import Metric
 
 __all__ = ["InterpretedKernel", "interpretable"]
@@ -83,13 +83,9 @@ class InterpretedKernel:
             over the coordinates does not have ``size`` entries.
         """
         named = {"gradient_clip": np.inf, **named}
-        values = {}
-        for name, value in named.items():
-            values[name] = np.asarray(value, dtype="float64" if name in self._shapes else None)
+        values = {name: np.asarray(value) for name, value in named.items()}
         for name, template in self._shapes.items():
-            if name not in values:
-                raise ValueError(f"The {self.dynamics.name} kernel needs the input {name!r}.")
-            check_input_shape(self.dynamics.name, name, values[name], template, size)
+            values[name] = checked_input(self.dynamics.name, named, name, "float64", template, size)
         return values
 
     def __call__(
