@@ -20,9 +20,9 @@ from pymc_sgmcmc.minibatch import MinibatchLogDensity
 __all__ = ["Kernel", "KernelResult", "as_state", "checked_input"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class KernelResult:
-    """What one call of a :class:`Kernel` returns.
+    """What one call of a :class:`Kernel` returns (read it, do not change it).
 
     Attributes
     ----------

@@ -490,13 +490,10 @@ class StochasticGradientStep(ArrayStepShared):
             chain.steps_taken,
             self.adapter.steps_this_draw(chain, self.tune),
         )
-        step_values = self.dynamics.step_values(
-            settings.step_size, chain.steps_taken + np.arange(n_steps)
-        )
+        step_values, constant = self._step_values(settings, n_steps)
         step_sizes = step_values["step_size"]
         # A constant step size was checked when it was made; a schedule's
         # values are checked at every draw.
-        constant = isinstance(settings.step_size, ConstantStepSize)
         if not constant and not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
             raise ValueError(
                 f"The step-size schedule {settings.step_size!r} gave a value that is not a "
@@ -518,7 +515,7 @@ class StochasticGradientStep(ArrayStepShared):
 
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
-        state = {**chain.state, "position": settings.metric.to_coordinates(position)}
+        state = {**chain.state, "position": self._coordinates(settings.metric, position)}
         with interrupts_held:
             result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
         chain.state = result.state
@@ -544,7 +541,41 @@ class StochasticGradientStep(ArrayStepShared):
             messages = self.adapter.record_tune_draw(chain, result.position, self.rng, True)
             if messages is not None:
                 self._start_from(result.position, messages)
+        chain.last_draw = (settings.metric, result.position, result.state["position"])
         return RaveledVars(result.position, q0.point_map_info), [stats]
+
+    def _coordinates(self, metric, position: np.ndarray) -> np.ndarray:
+        """Return ``position`` in ``metric``'s coordinates.
+
+        A draw that starts where the chain's last draw ended (PyMC hands the
+        position back unchanged unless another step method moved it) takes
+        the coordinates the kernel returned, without mapping back. The
+        positions are compared byte for byte, cheaper than comparing the
+        values for the lengths a metric is dense for.
+        """
+        last = self.chain.last_draw
+        if last is not None and last[0] is metric and last[1].tobytes() == position.tobytes():
+            return last[2]
+        return metric.to_coordinates(position)
+
+    def _step_values(self, settings, n_steps: int) -> tuple[dict, bool]:
+        """Return the per-step inputs of the chain's next ``n_steps`` steps, and whether constant.
+
+        With a constant step size and the dynamics' default per-step inputs
+        (the step sizes alone) they are the same at every draw of the same
+        length, and are reused rather than built again.
+        """
+        chain = self.chain
+        constant = isinstance(settings.step_size, ConstantStepSize)
+        kept = chain.step_values
+        if kept is not None and kept[0] is settings and kept[1] == n_steps:
+            return kept[2], constant
+        values = self.dynamics.step_values(
+            settings.step_size, chain.steps_taken + np.arange(n_steps)
+        )
+        default = type(self.dynamics).step_values is Dynamics.step_values
+        chain.step_values = (settings, n_steps, values) if constant and default else None
+        return values, constant
 
     def _diverge(self, step_size: float) -> None:
         self.chain.diverged = True

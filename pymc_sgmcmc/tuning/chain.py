@@ -77,6 +77,14 @@ class ChainState:
     travel_budget : float
         The bias budget the chain travels at: the adapter's, lowered each
         time a travelling step diverged.
+    step_values : tuple or None
+        The settings, the number of steps and the per-step inputs of the
+        chain's last draw, kept while they cannot change from draw to draw
+        (a constant step size).
+    last_draw : tuple or None
+        The metric, the position (model coordinates) and the coordinates of
+        the draw the chain last returned, so that a draw that starts where
+        the last one ended skips the map into the metric's coordinates.
     """
 
     batches: IndexStream
@@ -96,6 +104,8 @@ class ChainState:
     tune_draws: int = 0
     travelling: bool = False
     travel_budget: float = 0.0
+    step_values: tuple | None = None
+    last_draw: tuple | None = None
 
 
 class ChainAdapter:
