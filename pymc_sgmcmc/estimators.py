@@ -181,6 +181,8 @@ class Probe:
         """
         if estimator == "minibatch":
             return self.minibatch_gradient(position, indices)
+        if estimator == "control_variate" and not self.density.other_blocks:
+            return self.control_variate_gradient(position, indices, inputs)
         if estimator not in self._estimators:
             symbolic = ESTIMATORS[estimator](self.density)
             function = pytensor.function(
@@ -199,6 +201,24 @@ class Probe:
             *values,
         )
         return estimate
+
+    def control_variate_gradient(self, position, indices, inputs):
+        """Return the control-variate estimate from the terms at ``position`` and at the centre.
+
+        Two calls of the terms function, compiled once for every estimator,
+        instead of a function of its own: a new model's compilation is the
+        larger cost, about as long as the terms' own. Only where no other
+        step method moves variables of the model, whose centre values the
+        terms function does not take.
+        """
+        _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
+        _, _, _, at_centre = self.terms(inputs["centre"], indices)
+        return (
+            prior_gradient
+            + np.asarray(inputs["centre_likelihood_gradient"], dtype=self._position_dtype)
+            + likelihood_gradient
+            - at_centre
+        )
 
     def minibatch_gradient(self, position, indices):
         """Return the plain minibatch gradient estimate (from the terms, compiled once)."""

@@ -236,6 +236,22 @@ def test_fused_control_variate_follows_another_block_that_moved():
     np.testing.assert_allclose(result.state["position"], state["position"], rtol=1e-10)
 
 
+def test_probe_control_variate_takes_the_estimators_value_without_compiling_it(density):
+    """Without other blocks the probe builds the estimate from its terms: same value, no compile."""
+    estimator = control_variate_gradient(density)
+    compiled = pm.compile(
+        [density.position, density.indices, *estimator.inputs.values()], estimator.gradient
+    )
+    probe = Probe(density)
+    centre = Centre(np.array([0.5, -0.3, 0.1]), np.array([3.0, -2.0, 1.0]))
+    indices, _ = make_inputs(3)
+    for k, position in enumerate([np.zeros(3), np.array([0.4, -0.2, 0.3]), centre.position]):
+        expected = compiled(position, indices[k], *centre.inputs().values())
+        estimate = probe.gradient("control_variate", position, indices[k], centre.inputs())
+        np.testing.assert_allclose(estimate, expected, rtol=1e-12, atol=1e-12)
+    assert probe._estimators == {}
+
+
 INTERPRETABLE = [name for name, s in SAMPLERS.items() if interpretable(s.dynamics_class())]
 
 
