@@ -1,5 +1,6 @@
 """pm.sample end to end: chains, cores, seeds, tuning, output groups and ArviZ."""
 
+import dataclasses
 import logging
 
 import arviz as az
@@ -11,6 +12,7 @@ import pytest
 
 import pymc_sgmcmc
 from pymc_sgmcmc import SGHMC, SGLD, PolynomialDecay
+from pymc_sgmcmc.metric import DiagonalMetric
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig
 
@@ -146,6 +148,35 @@ def test_sampling_state_snapshot_restores_the_chain(model, step_class):
     again = [step.step(point)[0] for _ in range(2)]
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a["beta"], b["beta"])
+
+
+def test_a_draw_starts_from_the_position_pymc_hands_over(model):
+    """A position moved between draws (by another step method) is where the next draw starts."""
+    with model:
+        step = SGLD(batch_size=50, steps_per_draw=1, step_size=1e-6)
+    step.set_rng(np.random.default_rng(4))
+    point = model.initial_point()
+    for _ in range(2):
+        point, _ = step.step(point)
+    moved = {**point, "beta": point["beta"] + 1.0}
+    new, _ = step.step(moved)
+    np.testing.assert_allclose(new["beta"], moved["beta"], atol=0.01)
+
+
+def test_a_draw_after_the_metric_changed_starts_where_the_last_draw_ended(model):
+    """New coordinates (a tune window's metric) leave the chain's position where it was."""
+    with model:
+        step = SGLD(batch_size=50, steps_per_draw=1, step_size=1e-6)
+    step.set_rng(np.random.default_rng(4))
+    point = model.initial_point()
+    for _ in range(2):
+        point, _ = step.step(point)
+    size = step.chain.state["position"].size
+    metric = DiagonalMetric(np.full(size, 0.3), np.full(size, 2.0))
+    step.chain.settings = dataclasses.replace(step.chain.settings, metric=metric)
+    step._prepare_kernel_inputs()
+    new, _ = step.step(point)
+    np.testing.assert_allclose(new["beta"], point["beta"], atol=0.01)
 
 
 def test_warnings_reach_pymc_as_sampler_warnings(model, caplog):
