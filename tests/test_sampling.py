@@ -150,14 +150,20 @@ def test_sampling_state_snapshot_restores_the_chain(model, step_class):
         np.testing.assert_array_equal(a["beta"], b["beta"])
 
 
-def test_a_draw_starts_from_the_position_pymc_hands_over(model):
-    """A position moved between draws (by another step method) is where the next draw starts."""
+def slow_step_after_two_draws(model):
+    """Return an SGLD step whose draws barely move, and the point after two of its draws."""
     with model:
         step = SGLD(batch_size=50, steps_per_draw=1, step_size=1e-6)
     step.set_rng(np.random.default_rng(4))
     point = model.initial_point()
     for _ in range(2):
         point, _ = step.step(point)
+    return step, point
+
+
+def test_a_draw_starts_from_the_position_pymc_hands_over(model):
+    """A position moved between draws (by another step method) is where the next draw starts."""
+    step, point = slow_step_after_two_draws(model)
     moved = {**point, "beta": point["beta"] + 1.0}
     new, _ = step.step(moved)
     np.testing.assert_allclose(new["beta"], moved["beta"], atol=0.01)
@@ -165,12 +171,7 @@ def test_a_draw_starts_from_the_position_pymc_hands_over(model):
 
 def test_a_draw_after_the_metric_changed_starts_where_the_last_draw_ended(model):
     """New coordinates (a tune window's metric) leave the chain's position where it was."""
-    with model:
-        step = SGLD(batch_size=50, steps_per_draw=1, step_size=1e-6)
-    step.set_rng(np.random.default_rng(4))
-    point = model.initial_point()
-    for _ in range(2):
-        point, _ = step.step(point)
+    step, point = slow_step_after_two_draws(model)
     size = step.chain.state["position"].size
     metric = DiagonalMetric(np.full(size, 0.3), np.full(size, 2.0))
     step.chain.settings = dataclasses.replace(step.chain.settings, metric=metric)
