@@ -126,7 +126,7 @@ class InterpretedKernel:
                 new_state = {
                     name: np.asarray(new_state[name], dtype="float64") for name in self.state_names
                 }
-                finite = all(np.all(np.isfinite(value)) for value in new_state.values())
+                finite = all(np.isfinite(value).all() for value in new_state.values())
                 if not (finite and np.isfinite(norm)):
                     break
                 state = new_state
