@@ -211,14 +211,9 @@ class Probe:
         step method moves variables of the model, whose centre values the
         terms function does not take.
         """
-        _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
         _, _, _, at_centre = self.terms(inputs["centre"], indices)
-        return (
-            prior_gradient
-            + np.asarray(inputs["centre_likelihood_gradient"], dtype=self._position_dtype)
-            + likelihood_gradient
-            - at_centre
-        )
+        centre_gradient = np.asarray(inputs["centre_likelihood_gradient"], self._position_dtype)
+        return self.minibatch_gradient(position, indices) + centre_gradient - at_centre
 
     def minibatch_gradient(self, position, indices):
         """Return the plain minibatch gradient estimate (from the terms, compiled once)."""

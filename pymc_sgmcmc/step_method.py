@@ -490,10 +490,11 @@ class StochasticGradientStep(ArrayStepShared):
             chain.steps_taken,
             self.adapter.steps_this_draw(chain, self.tune),
         )
-        step_values, constant = self._step_values(settings, n_steps)
+        step_values = self._step_values(settings, n_steps)
         step_sizes = step_values["step_size"]
         # A constant step size was checked when it was made; a schedule's
         # values are checked at every draw.
+        constant = isinstance(settings.step_size, ConstantStepSize)
         if not constant and not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
             raise ValueError(
                 f"The step-size schedule {settings.step_size!r} gave a value that is not a "
@@ -558,24 +559,24 @@ class StochasticGradientStep(ArrayStepShared):
             return last[2]
         return metric.to_coordinates(position)
 
-    def _step_values(self, settings, n_steps: int) -> tuple[dict, bool]:
-        """Return the per-step inputs of the chain's next ``n_steps`` steps, and whether constant.
+    def _step_values(self, settings, n_steps: int) -> dict:
+        """Return the per-step inputs of the chain's next ``n_steps`` steps.
 
         With a constant step size and the dynamics' default per-step inputs
         (the step sizes alone) they are the same at every draw of the same
         length, and are reused rather than built again.
         """
         chain = self.chain
-        constant = isinstance(settings.step_size, ConstantStepSize)
         kept = chain.step_values
         if kept is not None and kept[0] is settings and kept[1] == n_steps:
-            return kept[2], constant
+            return kept[2]
         values = self.dynamics.step_values(
             settings.step_size, chain.steps_taken + np.arange(n_steps)
         )
+        constant = isinstance(settings.step_size, ConstantStepSize)
         default = type(self.dynamics).step_values is Dynamics.step_values
         chain.step_values = (settings, n_steps, values) if constant and default else None
-        return values, constant
+        return values
 
     def _diverge(self, step_size: float) -> None:
         self.chain.diverged = True
