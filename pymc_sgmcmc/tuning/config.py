@@ -95,7 +95,7 @@ class TuningConfig:
     chunk_rows: int = 50_000
     interpreted_steps: int = 30_000
     noise_points: int = 8
-    noise_batches: int = 32
+    noise_batches: int = 256
     curvature_grid: int = 8
     estimator_cost: dict = field(default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0})
     max_steps_per_draw: int = 1000
