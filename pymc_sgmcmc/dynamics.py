@@ -78,7 +78,10 @@ class GaussianModel(Protocol):
     On the target :math:`N(0, \tau / a)` (curvature :math:`a`, temperature
     :math:`\tau`) with gradient noise of variance :math:`v`, a sampler whose
     update is linear in the state has a stationary variance known in closed
-    form. The tuner asks for it at the curvatures the measurements span.
+    form. The tuner asks for it at the curvatures the measurements span; a
+    model may also offer ``largest_inflation(step_size, curvatures, noise)``,
+    the largest inflation over an array of curvatures in one evaluation,
+    which the tuner then uses instead of asking curvature by curvature.
     """
 
     def inflation(self, step_size: float, curvature: float, noise: float) -> float:

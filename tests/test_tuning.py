@@ -321,3 +321,18 @@ def test_rmsprop_relaxation_counts_the_gradient_noise():
     predicted = np.exp(-lag / model.relaxation(step_size, 1.0, noise))
     assert abs(correlation - predicted) < 4 * error
     assert np.exp(-lag / model.relaxation(step_size, 1.0)) < predicted - 10 * error
+
+
+@pytest.mark.parametrize("friction", [None, np.array([0.5, 2.0, 8.0])])
+def test_sghmc_inflation_over_all_curvatures_at_once_equals_one_by_one(friction):
+    """The tuner's vectorised evaluation agrees with the model asked curvature by curvature."""
+    preconditioner = np.array([1.0, 0.3, 4.0])
+    dynamics = Underdamped(friction=friction, mass=None if friction is None else np.ones(3))
+    model = dynamics.gaussian_model((0.2, 30.0), preconditioner, TuningConfig())
+    curvatures = np.geomspace(0.2, 30.0, 16)
+    # Step sizes from deep inside the stable range to beyond it (inf there).
+    for step_size in (1e-4, 0.01, 0.1, 0.3, 1.0):
+        for noise in (0.0, 5.0):
+            one_by_one = max(model.inflation(step_size, a, noise) for a in curvatures)
+            at_once = model.largest_inflation(step_size, curvatures, noise)
+            np.testing.assert_allclose(at_once, one_by_one, rtol=1e-12)

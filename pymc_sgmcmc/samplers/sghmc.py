@@ -34,8 +34,10 @@ __all__ = ["SGHMC", "Underdamped", "underdamped_variance_inflation"]
 
 
 def _transitions(step_size, friction, curvature):
-    step_size, friction = np.broadcast_arrays(
-        np.asarray(step_size, dtype=float), np.asarray(friction, dtype=float)
+    step_size, friction, curvature = np.broadcast_arrays(
+        np.asarray(step_size, dtype=float),
+        np.asarray(friction, dtype=float),
+        np.asarray(curvature, dtype=float),
     )
     decay = 1.0 - step_size * friction
     transition = np.empty((*step_size.shape, 2, 2))
@@ -54,8 +56,8 @@ def underdamped_variance_inflation(step_size, friction, curvature, noise=0.0):
     """Return the relative excess of unit-mass SGHMC's stationary position variance.
 
     The target is ``N(0, tau / curvature)``; ``noise`` is the gradient-noise
-    variance divided by the temperature. Vectorised over ``step_size`` and
-    ``friction``; ``inf`` where the recursion is unstable.
+    variance divided by the temperature. Vectorised over ``step_size``,
+    ``friction`` and ``curvature``; ``inf`` where the recursion is unstable.
     """
     step_size, friction, transition = _transitions(step_size, friction, curvature)
     shock = step_size**2 * noise + 2.0 * step_size * friction
@@ -101,6 +103,16 @@ class _UnderdampedGaussian:
     def inflation(self, step_size, curvature, noise):
         values = underdamped_variance_inflation(
             step_size * self.step_scales, self.frictions, curvature, noise
+        )
+        return float(np.max(values))
+
+    def largest_inflation(self, step_size, curvatures, noise):
+        """Return the largest inflation over ``curvatures`` in one vectorised evaluation."""
+        values = underdamped_variance_inflation(
+            step_size * self.step_scales[:, None],
+            self.frictions[:, None],
+            np.asarray(curvatures, dtype=float)[None, :],
+            noise,
         )
         return float(np.max(values))
 

@@ -119,11 +119,23 @@ def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> Chain
     )
 
 
+def largest_inflation(model, step_size, curvatures, noise) -> float:
+    """Return a Gaussian model's largest inflation over ``curvatures``.
+
+    A model with a ``largest_inflation`` method evaluates all curvatures at
+    once; the others are asked curvature by curvature.
+    """
+    vectorised = getattr(model, "largest_inflation", None)
+    if vectorised is not None:
+        return vectorised(step_size, curvatures, noise)
+    return max(model.inflation(step_size, a, noise) for a in curvatures)
+
+
 def _largest_step_size(model, curvatures, noise, budget):
     """Largest step size whose inflation is within ``budget`` at every curvature (bisection)."""
 
     def worst(step_size):
-        return max(model.inflation(step_size, a, noise) for a in curvatures)
+        return largest_inflation(model, step_size, curvatures, noise)
 
     high = model.largest_step_size(curvatures.max())
     if worst(high) <= budget:
@@ -234,7 +246,7 @@ def choose_settings(
             # ones within the budget come first, then the least inflation.
             excess = 0.0
             if constant is not None:
-                excess = max(model.inflation(step_size, a, noise / temperature) for a in curvatures)
+                excess = largest_inflation(model, step_size, curvatures, noise / temperature)
                 excess = max(excess - choices.bias_budget, 0.0)
             candidates.append(
                 {
@@ -275,7 +287,7 @@ def choose_settings(
             )
     inflation = np.nan
     if constant is not None or given is None:
-        inflation = max(model.inflation(step_size, a, noise / temperature) for a in curvatures)
+        inflation = largest_inflation(model, step_size, curvatures, noise / temperature)
     if constant is not None and inflation > choices.bias_budget:
         warnings.append(
             f"{sampler_name}: step_size={constant:.3g} is predicted to inflate the posterior "
