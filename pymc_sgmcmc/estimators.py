@@ -202,18 +202,43 @@ class Probe:
         )
         return estimate
 
-    def control_variate_gradient(self, position, indices, inputs):
+    def gradients(self, estimators, position, indices, inputs=None) -> list:
+        """Return the estimates of several ``estimators`` on the same rows ``indices``.
+
+        Where the control variate is built from the terms, it shares the
+        plain minibatch gradient at ``position`` with the plain estimator:
+        two calls of the terms function for both instead of three.
+        """
+        if "control_variate" in estimators and not self.density.other_blocks:
+            plain = self.minibatch_gradient(position, indices)
+            shared = {
+                "minibatch": plain,
+                "control_variate": self.control_variate_gradient(
+                    position, indices, inputs, plain=plain
+                ),
+            }
+        else:
+            shared = {}
+        return [
+            shared[name] if name in shared else self.gradient(name, position, indices, inputs)
+            for name in estimators
+        ]
+
+    def control_variate_gradient(self, position, indices, inputs, plain=None):
         """Return the control-variate estimate from the terms at ``position`` and at the centre.
 
         Two calls of the terms function, compiled once for every estimator,
         instead of a function of its own: a new model's compilation is the
         larger cost, about as long as the terms' own. Only where no other
         step method moves variables of the model, whose centre values the
-        terms function does not take.
+        terms function does not take. ``plain``, the minibatch gradient at
+        ``position`` on ``indices``, saves one of the calls where it is known.
         """
         _, _, _, at_centre = self.terms(inputs["centre"], indices)
         centre_gradient = np.asarray(inputs["centre_likelihood_gradient"], self._position_dtype)
-        return self.minibatch_gradient(position, indices) + centre_gradient - at_centre
+        if plain is None:
+            plain = self.minibatch_gradient(position, indices)
+        return plain + centre_gradient - at_centre
 
     def minibatch_gradient(self, position, indices):
         """Return the plain minibatch gradient estimate (from the terms, compiled once)."""

@@ -250,6 +250,14 @@ def test_probe_control_variate_takes_the_estimators_value_without_compiling_it(d
         estimate = probe.gradient("control_variate", position, indices[k], centre.inputs())
         np.testing.assert_allclose(estimate, expected, rtol=1e-12, atol=1e-12)
     assert probe._estimators == {}
+    # Both estimators on the same rows, sharing the plain gradient: the same values.
+    position = np.array([0.4, -0.2, 0.3])
+    together = probe.gradients(
+        ["control_variate", "minibatch"], position, indices[0], centre.inputs()
+    )
+    for name, estimate in zip(["control_variate", "minibatch"], together, strict=True):
+        alone = probe.gradient(name, position, indices[0], centre.inputs())
+        np.testing.assert_allclose(estimate, alone, rtol=1e-12, atol=1e-12)
 
 
 INTERPRETABLE = [name for name, s in SAMPLERS.items() if interpretable(s.dynamics_class())]

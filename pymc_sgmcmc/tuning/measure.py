@@ -321,28 +321,29 @@ def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Cen
     """Return each estimator's gradient-noise covariance, averaged over ``points``.
 
     At each point, ``config.noise_batches`` minibatches drawn with
-    replacement give independent gradient estimates; the sample covariance of
-    each half of them is the noise covariance there. Returns, per estimator,
-    the two halves' covariances averaged over the points (see
-    :meth:`Measurements.noise` for why two).
+    replacement give independent gradient estimates (every estimator's on the
+    same rows); the sample covariance of each half of them is the noise
+    covariance there. Returns, per estimator, the two halves' covariances
+    averaged over the points (see :meth:`Measurements.noise` for why two).
     """
     stream = IndexStream(probe.n_rows, batch_size, replace=True)
     centre_inputs = centre.inputs()
     size = len(points[0])
     half = config.noise_batches // 2
-    result = {}
-    for name in estimators:
-        halves = np.zeros((2, size, size))
-        for point in points:
-            gradients = np.asarray(
-                [
-                    probe.gradient(name, point, rows, centre_inputs)
-                    for rows in stream.draw(rng, 2 * half)
-                ]
-            )
-            for index, part in enumerate((gradients[:half], gradients[half:])):
-                halves[index] += np.atleast_2d(np.cov(part, rowvar=False)) / len(points)
-        result[name] = halves
+    estimators = list(estimators)
+    result = {name: np.zeros((2, size, size)) for name in estimators}
+    for point in points:
+        # batches x estimators x coordinates
+        gradients = np.asarray(
+            [
+                probe.gradients(estimators, point, rows, centre_inputs)
+                for rows in stream.draw(rng, 2 * half)
+            ]
+        )
+        for column, name in enumerate(estimators):
+            samples = gradients[:, column]
+            for index, part in enumerate((samples[:half], samples[half:])):
+                result[name][index] += np.atleast_2d(np.cov(part, rowvar=False)) / len(points)
     return result
 
 
