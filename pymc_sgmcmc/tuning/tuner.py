@@ -119,7 +119,7 @@ def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> Chain
     )
 
 
-def largest_inflation(model, step_size, curvatures, noise) -> float:
+def _worst_inflation(model, step_size, curvatures, noise) -> float:
     """Return a Gaussian model's largest inflation over ``curvatures``.
 
     A model with a ``largest_inflation`` method evaluates all curvatures at
@@ -135,7 +135,7 @@ def _largest_step_size(model, curvatures, noise, budget):
     """Largest step size whose inflation is within ``budget`` at every curvature (bisection)."""
 
     def worst(step_size):
-        return largest_inflation(model, step_size, curvatures, noise)
+        return _worst_inflation(model, step_size, curvatures, noise)
 
     high = model.largest_step_size(curvatures.max())
     if worst(high) <= budget:
@@ -246,7 +246,7 @@ def choose_settings(
             # ones within the budget come first, then the least inflation.
             excess = 0.0
             if constant is not None:
-                excess = largest_inflation(model, step_size, curvatures, noise / temperature)
+                excess = _worst_inflation(model, step_size, curvatures, noise / temperature)
                 excess = max(excess - choices.bias_budget, 0.0)
             candidates.append(
                 {
@@ -287,7 +287,7 @@ def choose_settings(
             )
     inflation = np.nan
     if constant is not None or given is None:
-        inflation = largest_inflation(model, step_size, curvatures, noise / temperature)
+        inflation = _worst_inflation(model, step_size, curvatures, noise / temperature)
     if constant is not None and inflation > choices.bias_budget:
         warnings.append(
             f"{sampler_name}: step_size={constant:.3g} is predicted to inflate the posterior "
