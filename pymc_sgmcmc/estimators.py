@@ -156,6 +156,9 @@ class Probe:
         )
         self._terms = direct_call(terms, 2)
         self._estimators = {}
+        # The terms take no other blocks' values, so only without other
+        # step methods can they give the control variate's centre term.
+        self._control_variate_from_terms = not density.other_blocks
 
     def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
@@ -181,7 +184,7 @@ class Probe:
         """
         if estimator == "minibatch":
             return self.minibatch_gradient(position, indices)
-        if estimator == "control_variate" and not self.density.other_blocks:
+        if estimator == "control_variate" and self._control_variate_from_terms:
             return self.control_variate_gradient(position, indices, inputs)
         if estimator not in self._estimators:
             symbolic = ESTIMATORS[estimator](self.density)
@@ -209,7 +212,7 @@ class Probe:
         plain minibatch gradient at ``position`` with the plain estimator:
         two calls of the terms function for both instead of three.
         """
-        if "control_variate" in estimators and not self.density.other_blocks:
+        if "control_variate" in estimators and self._control_variate_from_terms:
             plain = self.minibatch_gradient(position, indices)
             shared = {
                 "minibatch": plain,

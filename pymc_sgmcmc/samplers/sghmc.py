@@ -101,10 +101,7 @@ class _UnderdampedGaussian:
     critical_friction: float | None
 
     def inflation(self, step_size, curvature, noise):
-        values = underdamped_variance_inflation(
-            step_size * self.step_scales, self.frictions, curvature, noise
-        )
-        return float(np.max(values))
+        return self.largest_inflation(step_size, [curvature], noise)
 
     def largest_inflation(self, step_size, curvatures, noise):
         """Return the largest inflation over ``curvatures`` in one vectorised evaluation."""
