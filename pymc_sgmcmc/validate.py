@@ -14,8 +14,10 @@ like real analyses (:mod:`pymc_sgmcmc.real_posteriors`): a cubic polynomial
 regression of collinear covariates (posterior correlation condition number
 above 10^4, exact posterior), a Student-t regression (heavy tails), a
 Poisson regression with rare categories (skew) and a radon-like hierarchical
-model with unbalanced groups, written centred and non-centred, and a
-hierarchical regression with 1,000 groups on a million rows.
+model with unbalanced groups, written centred and non-centred (also at the
+radon data's size, 919 rows in 85 groups, where the centred form's joint
+density has no mode), and a hierarchical regression with 1,000 groups on a
+million rows.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     "poisson": lambda: nuts_reference(poisson_regression()),
     "radon-centred": lambda: nuts_reference(radon_like(centred=True)),
     "radon-non-centred": lambda: nuts_reference(radon_like(centred=False)),
+    # The radon data's size: 919 rows in 85 groups, whose joint posterior has no mode.
+    "radon-919-centred": lambda: nuts_reference(radon_like(n_rows=919, n_groups=85, centred=True)),
+    "radon-919-non-centred": lambda: nuts_reference(
+        radon_like(n_rows=919, n_groups=85, centred=False)
+    ),
     "many-groups": lambda: many_groups_reference(many_groups_regression()),
 }
 HEADER = (

@@ -28,8 +28,9 @@ def gaussian():
 def test_mode_of_a_gaussian_posterior_is_its_mean(gaussian):
     known, _, probe = gaussian
     rng = np.random.default_rng(0)
-    mode, _, _, _ = find_mode(probe, np.zeros(2), 100, rng)
+    mode, _, _, _, distance = find_mode(probe, np.zeros(2), 100, rng)
     np.testing.assert_allclose(mode, known.means["beta"], atol=1e-6 * known.sds["beta"].min())
+    assert distance < 1e-6
 
 
 def test_measured_scale_and_curvatures_of_a_gaussian_posterior(gaussian):
@@ -187,8 +188,8 @@ def test_subsample_newton_stage_reaches_the_same_mode():
         result = find_mode(probe, np.zeros(10), 100, np.random.default_rng(2), config)
         return result, set(batch_rows)
 
-    (direct, _, _, hessian), direct_rows = mode(subsample_rows=24_000)
-    (staged, _, _, _), staged_rows = mode(subsample_rows=3_000)
+    (direct, _, _, hessian, _), direct_rows = mode(subsample_rows=24_000)
+    (staged, _, _, _, _), staged_rows = mode(subsample_rows=3_000)
     assert 3_000 in staged_rows and 3_000 not in direct_rows
     sds = np.sqrt(np.diag(np.linalg.inv(-hessian)))
     np.testing.assert_array_less(np.abs(staged - direct) / sds, 0.01)
@@ -203,7 +204,7 @@ def test_newton_search_uses_a_subsample_hessian_and_the_mode_gets_all_rows():
     terms = probe.terms
     probe.terms = lambda position, rows: batch_rows.append(len(rows)) or terms(position, rows)
     config = TuningConfig()
-    mode, _, _, hessian = find_mode(probe, np.zeros(10), 100, np.random.default_rng(2), config)
+    mode, _, _, hessian, _ = find_mode(probe, np.zeros(10), 100, np.random.default_rng(2), config)
     assert config.hessian_rows in batch_rows and 24_000 in batch_rows
     # Rows on both sides of every difference: 2D full passes at the mode, one scale pass less.
     assert batch_rows.count(24_000) >= 2 * 10
@@ -363,3 +364,42 @@ def test_noise_is_measured_closely_where_a_few_rows_carry_it():
         )
         ratios.append(halves["control_variate"].mean(axis=0)[0, 0] / exact)
     assert 2 / 3 < min(ratios) and max(ratios) < 3 / 2, ratios
+
+
+def test_a_posterior_without_a_mode_is_measured_at_the_chains_start(caplog):
+    """Centred radon-like with weak data (N = 300, 60 groups): the joint density rises without
+    bound as ``tau`` goes to 0 with every intercept at ``mu``, so the search runs into the
+    funnel's neck (``log tau`` near -20) and its end is not taken for a mode. The chain is
+    measured at its start instead: Laplace draws around that neck overflow the gradients.
+    """
+    model = radon_like(n_rows=300, n_groups=60, centred=True).model
+    probe = Probe(build_minibatch_log_density(model, model.value_vars))
+    point = model.initial_point()
+    start = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
+    rng = np.random.default_rng(0)
+    *_, distance = find_mode(probe, start, 50, rng)
+    assert distance > TuningConfig().mode_distance
+    estimators = ("minibatch", "control_variate")
+    measurements = measure(probe, 50, rng, start, estimators)
+    assert measurements.at_start
+    np.testing.assert_array_equal(measurements.mode, start)
+    noise = {name: np.trace(measurements.noise_covariance[name]) for name in estimators}
+    assert np.all(np.isfinite(list(noise.values())))
+    # Measured around the start, not at the control variate's centre, where it is exact.
+    assert noise["control_variate"] > 1e-3 * noise["minibatch"]
+    # No chain counts as slow here: it travels because it has no mode.
+    config = TuningConfig(slow_relaxation=np.inf)
+    with caplog.at_level(logging.INFO, logger="pymc"), model:
+        result = pm.sample(
+            step=SGHMC(batch_size=50, tuning=config),
+            tune=300,
+            draws=20,
+            chains=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert "the search for a posterior mode did not converge" in caplog.text
+    assert "it travelled 100 tune draws at a bias budget of 1" in caplog.text
+    tau = np.asarray(result.posterior["tau"])
+    assert np.all(np.isfinite(tau) & (tau > 0))

@@ -192,9 +192,19 @@ class ChainAdapter:
             chain.measurements = measurements
             chain.centre = measurements.centre
             chain.steps_since_refresh = 0
-            if start:
+            if start and not measurements.at_start:
                 factor = measurements.laplace_factor
                 position = measurements.mode + factor @ rng.standard_normal(size)
+            elif start:
+                position = measurements.mode
+                _log.info(
+                    "%s: the search for a posterior mode did not converge (the log density "
+                    "rises without bound, as towards the neck of a centred hierarchical "
+                    "model's funnel); the chain starts from its initial point and adapts "
+                    "from its tune draws.",
+                    self.name,
+                )
+            if start:
                 self.travel_if_slow(chain, tune)
         return position, [] if chain.travelling else chain.settings.warnings
 
@@ -207,12 +217,14 @@ class ChainAdapter:
         budget then allows steps so small that the chain would not leave the
         mode during tune. Its tune draws are discarded, so the first window
         takes larger steps instead, and the chain is measured again at that
-        window's draws (:meth:`finish_travel`). ``budget`` is the bias budget
-        to travel at (:meth:`travel_budget` by default).
+        window's draws (:meth:`finish_travel`). A chain whose posterior has
+        no mode (measured at its start) travels too. ``budget`` is the bias
+        budget to travel at (:meth:`travel_budget` by default).
         """
         if not (tune and self.windows and self.choices.step_size is None):
             return
-        if not chain.settings.relaxation > self.tuning.slow_relaxation:
+        slow = chain.settings.relaxation > self.tuning.slow_relaxation
+        if not (slow or chain.measurements.at_start):
             return
         budget = self.travel_budget() if budget is None else budget
         travel_choices = replace(self.choices, bias_budget=budget)
@@ -243,9 +255,12 @@ class ChainAdapter:
             self.dynamics, chain.measurements, self.choices, self.tuning, self.name
         )
         _log.info(
-            "%s: the chain relaxed slowly where it was measured; it travelled %d tune draws "
-            "at a bias budget of %g and was measured again where it went.",
+            "%s: the chain %s; it travelled %d tune draws at a bias budget of %g and was "
+            "measured again where it went.",
             self.name,
+            "was measured at its start"
+            if previous.at_start
+            else "relaxed slowly where it was measured",
             len(draws),
             chain.travel_budget,
         )

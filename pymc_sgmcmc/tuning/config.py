@@ -36,6 +36,12 @@ class TuningConfig:
     newton_tolerance : float
         Newton decrement (squared distance to the mode in posterior sds) at
         which a Newton stage stops.
+    mode_distance : float
+        Squared distance (in posterior sds of the local quadratic picture) from
+        a stationary point beyond which the search's end is not taken for a
+        mode: the log density rises without bound there (the neck of a
+        centred hierarchical model's funnel) and the chain adapts from its
+        start and its tune draws instead.
     chunk_rows : int
         Rows per chunk of a full pass over the data (bounds memory).
     interpreted_steps : int
@@ -92,6 +98,7 @@ class TuningConfig:
     subsample_rows: int = 50_000
     newton_steps: int = 20
     newton_tolerance: float = 1e-4
+    mode_distance: float = 1.0
     chunk_rows: int = 50_000
     interpreted_steps: int = 30_000
     noise_points: int = 8

@@ -71,6 +71,10 @@ class Measurements:
         The largest move of a posterior mean, in posterior sds, per unit of
         variance inflation, estimated from tune draws
         (:mod:`pymc_sgmcmc.tuning.tempering`); 0 until a window has measured it.
+    at_start : bool
+        Whether the search found no mode, so that ``mode`` is where it
+        started and the picture is the one there (see :func:`measure`),
+        until the chain's draws replace it.
     """
 
     mode: np.ndarray
@@ -85,6 +89,7 @@ class Measurements:
     noise_halves: dict | None = None
     noise_samples: int = 0
     tempering_sensitivity: float = 0.0
+    at_start: bool = False
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.
@@ -279,6 +284,11 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
     mode, log_density, likelihood_gradient, hessian : ndarray, float, ndarray, ndarray
         The mode, the full log density and log-likelihood gradient there, and
         the Hessian there.
+    distance : float
+        Squared distance, in posterior sds of the quadratic picture there,
+        from the end of the search to a stationary point: near 0 at a mode,
+        large where the log density rises without bound (the search then
+        ends where its steps stop, e.g. deep in a funnel's neck).
     """
     config = config or TuningConfig()
     position = _adam(
@@ -308,13 +318,28 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
     def refresh(point):
         return _hessian(probe, point, rng, config, search=True)
 
-    position, (log_density, _, likelihood_gradient), hessian, _ = _newton(
+    position, (log_density, gradient, likelihood_gradient), hessian, _ = _newton(
         probe.full, position, hessian, config.newton_steps, config.newton_tolerance, refresh
     )
     # The search's Hessian set directions only; the one at the mode is
     # estimated on the final rows, with steps scaled by the search's.
     hessian = _hessian(probe, position, rng, config, scale=_scale(hessian))
-    return position, log_density, likelihood_gradient, hessian
+    return position, log_density, likelihood_gradient, hessian, _distance(hessian, gradient)
+
+
+def _distance(hessian, gradient) -> float:
+    """Return the squared distance, in local posterior sds, from a stationary point.
+
+    The Newton decrement where ``hessian`` is negative definite, otherwise its
+    diagonal analogue ``sum(g_i^2 / |H_ii|)``; infinite where either is not finite.
+    """
+    if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(gradient))):
+        return np.inf
+    direction, concave = _newton_direction(hessian, gradient)
+    if concave:
+        return float(gradient @ direction)
+    curvature = np.abs(np.diag(hessian))
+    return float(np.sum(gradient**2 / np.where(curvature > 0, curvature, np.inf)))
 
 
 def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Centre, config):
@@ -351,9 +376,22 @@ def noise_at_draws(probe: Probe, draws, batch_size, rng, estimators, centre: Cen
     """Measure the gradient noise at up to ``config.noise_points`` of ``draws``, evenly spread.
 
     Returns the :class:`Measurements` fields (see :func:`noise_fields`).
+
+    Raises
+    ------
+    RuntimeError
+        Where the noise is not finite (the minibatch gradients overflow at
+        some of the points).
     """
     chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
     halves = measure_noise(probe, draws[chosen], batch_size, rng, estimators, centre, config)
+    if not all(np.all(np.isfinite(pair)) for pair in halves.values()):
+        raise RuntimeError(
+            "The gradient noise measured around the chain's position is not finite (the "
+            "minibatch gradients overflow there); start from another initial point "
+            "(initvals=...), or give step_size, preconditioner, control_variate=False and "
+            "steps_per_draw to sample without adaptation."
+        )
     return noise_fields(halves, len(chosen), config)
 
 
@@ -397,13 +435,17 @@ def measure(
     Measurements
     """
     config = config or TuningConfig()
-    mode, _, likelihood_gradient, hessian = find_mode(probe, position, batch_size, rng, config)
+    mode, _, likelihood_gradient, hessian, distance = find_mode(
+        probe, position, batch_size, rng, config
+    )
     if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(mode))):
         raise RuntimeError(
             "The search for a posterior mode ended where the gradient is not finite; give "
             "step_size, preconditioner, control_variate=False and steps_per_draw to sample "
             "without adaptation, or start from a better initial point (initvals=...)."
         )
+    if not distance <= config.mode_distance:
+        return _measure_at_start(probe, position, batch_size, rng, estimators, config)
     centre = probe.centre(mode, likelihood_gradient)
     log_concave, variance, factor = laplace(hessian)
     points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
@@ -415,6 +457,39 @@ def measure(
         variance,
         factor,
         batch_size=batch_size,
+        **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config),
+    )
+
+
+def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, config):
+    """Return measurements taken at the search's start, where the posterior has no mode.
+
+    The Laplace picture is the one at ``position`` (diagonal where its
+    Hessian is not negative definite), the control variate is centred there,
+    and the gradient noise is measured at draws of that picture around it
+    (at ``position`` alone the control variate would be exact). The chain
+    starts at ``position`` and travels during its first tune window, to be
+    measured again at its draws.
+    """
+    position = np.asarray(position, dtype=float)
+    hessian = _hessian(probe, position, rng, config)
+    if not np.all(np.isfinite(hessian)):
+        raise RuntimeError(
+            "The posterior has no mode the search could find, and its curvature at the "
+            "initial point is not finite; start from another initial point (initvals=...)."
+        )
+    centre = probe.centre(position)
+    log_concave, variance, factor = laplace(hessian)
+    points = position + (factor @ rng.standard_normal((position.size, config.noise_points))).T
+    return Measurements(
+        position,
+        centre,
+        hessian,
+        log_concave,
+        variance,
+        factor,
+        batch_size=batch_size,
+        at_start=True,
         **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config),
     )
 
@@ -460,5 +535,6 @@ def measure_at_draws(
         laplace_variance=variance,
         laplace_factor=factor,
         draw_covariance=None,
+        at_start=False,
         **noise,
     )

@@ -300,7 +300,7 @@ def choose_settings(
             f"bias budget ({100 * inflation:.0f}% against {100 * budget:.0f}%); "
             f"{dynamics.over_budget_advice()}."
         )
-    if not measurements.log_concave:
+    if not (measurements.at_start or measurements.log_concave):
         warnings.append(
             f"{sampler_name}: the Hessian at the mode found is not negative definite; the "
             "step-size rule assumes a roughly Gaussian posterior and may miss its bias budget."
