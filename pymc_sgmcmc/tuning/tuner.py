@@ -302,8 +302,9 @@ def choose_settings(
         )
     if not (measurements.at_start or measurements.log_concave):
         warnings.append(
-            f"{sampler_name}: the Hessian at the mode found is not negative definite; the "
-            "step-size rule assumes a roughly Gaussian posterior and may miss its bias budget."
+            f"{sampler_name}: the Hessian where the chain was measured (its mode, or its "
+            "draws' mean once it travelled) is not negative definite; the step-size rule "
+            "assumes a roughly Gaussian posterior and may miss its bias budget."
         )
     tuned = {
         **model.chain_inputs(),
