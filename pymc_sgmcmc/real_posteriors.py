@@ -217,7 +217,7 @@ def poisson_regression(n_rows=5000, seed=0) -> PanelModel:
     return PanelModel(f"Poisson regression N={n_rows}", model, n_rows, truth=truth, key=key)
 
 
-def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0) -> PanelModel:
+def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0, varying_slopes=False) -> PanelModel:
     """Hierarchical model of the radon data's shape: unbalanced groups and a funnel.
 
     ``y_i ~ N(alpha[g_i] + beta floor_i, sigma)``, ``alpha_g ~ N(mu, tau)``
@@ -233,6 +233,10 @@ def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0) -> PanelModel:
     with a step size half as long and a seventh of the ESS. The group of each
     row is a ``pm.Data`` index. D = n_groups + 4.
 
+    With ``varying_slopes`` the floor effect varies by group too,
+    ``beta_g ~ N(mu_beta, tau_beta)`` (true sd 0.2), written like the
+    intercepts: two funnels, D = 2 n_groups + 5.
+
     Parameters
     ----------
     n_rows : int, default 5000
@@ -244,6 +248,8 @@ def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0) -> PanelModel:
         (``z`` free).
     seed : int, default 0
         Seed of the simulated data.
+    varying_slopes : bool, default False
+        Give each group its own floor effect.
     """
     rng = np.random.default_rng(seed)
     weights = rng.lognormal(0.0, 2.0, size=n_groups)
@@ -252,16 +258,26 @@ def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0) -> PanelModel:
     floor = (rng.random(n_rows) < 0.2).astype(float)
     true_alpha = 1.5 + 0.3 * rng.normal(size=n_groups)
     y = true_alpha[group] - 0.7 * floor + 0.75 * rng.normal(size=n_rows)
+    true_beta = np.array(-0.7)
+    if varying_slopes:
+        true_beta = -0.7 + 0.2 * rng.normal(size=n_groups)
+        y = y + (true_beta[group] + 0.7) * floor
+
+    def group_effects(mean_name, sd_name, effect_name, z_name):
+        mean = pm.Normal(mean_name, 0.0, 5.0)
+        sd = pm.HalfNormal(sd_name, 1.0)
+        if centred:
+            return pm.Normal(effect_name, mean, sd, dims="group")
+        return mean + sd * pm.Normal(z_name, 0.0, 1.0, dims="group")
+
     with pm.Model(coords={"group": np.arange(n_groups)}) as model:
         group_index = pm.Data("group_index", group)
-        mu = pm.Normal("mu", 0.0, 5.0)
-        tau = pm.HalfNormal("tau", 1.0)
-        if centred:
-            alpha = pm.Normal("alpha", mu, tau, dims="group")
+        if varying_slopes:
+            alpha = group_effects("mu_alpha", "tau_alpha", "alpha", "z_alpha")
+            beta = group_effects("mu_beta", "tau_beta", "beta", "z_beta")[group_index]
         else:
-            z = pm.Normal("z", 0.0, 1.0, dims="group")
-            alpha = mu + tau * z
-        beta = pm.Normal("beta", 0.0, 1.0)
+            alpha = group_effects("mu", "tau", "alpha", "z")
+            beta = pm.Normal("beta", 0.0, 1.0)
         sigma = pm.HalfNormal("sigma", 1.0)
         pm.Normal("y", alpha[group_index] + beta * floor, sigma, observed=y)
     label = "radon-like centred" if centred else "radon-like non-centred"
@@ -272,7 +288,10 @@ def radon_like(n_rows=5000, n_groups=50, centred=True, seed=0) -> PanelModel:
         "centred": centred,
         "seed": seed,
     }
-    truth = {"alpha": true_alpha, "beta": np.array(-0.7), "sigma": np.array(0.75)}
+    if varying_slopes:
+        label += ", varying slopes"
+        key["varying_slopes"] = True
+    truth = {"alpha": true_alpha, "beta": true_beta, "sigma": np.array(0.75)}
     return PanelModel(f"{label} N={n_rows} G={n_groups}", model, n_rows, truth=truth, key=key)
 
 

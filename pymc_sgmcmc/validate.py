@@ -16,8 +16,8 @@ above 10^4, exact posterior), a Student-t regression (heavy tails), a
 Poisson regression with rare categories (skew) and a radon-like hierarchical
 model with unbalanced groups, written centred and non-centred (also at the
 radon data's size, 919 rows in 85 groups, where the centred form's joint
-density has no mode), and a hierarchical regression with 1,000 groups on a
-million rows.
+density has no mode, and non-centred with varying slopes), and a
+hierarchical regression with 1,000 groups on a million rows.
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     "radon-919-centred": lambda: nuts_reference(radon_like(n_rows=919, n_groups=85, centred=True)),
     "radon-919-non-centred": lambda: nuts_reference(
         radon_like(n_rows=919, n_groups=85, centred=False)
+    ),
+    # With varying slopes too; NUTS's reference on the centred form does not converge.
+    "radon-919-slopes-non-centred": lambda: nuts_reference(
+        radon_like(n_rows=919, n_groups=85, centred=False, varying_slopes=True)
     ),
     "many-groups": lambda: many_groups_reference(many_groups_regression()),
 }

@@ -34,6 +34,18 @@ BUILDERS = {
         54,
         "group_index",
     ),
+    "radon_slopes_centred": (
+        lambda **kw: radon_like(centred=True, varying_slopes=True, **kw),
+        {"mu_alpha", "tau_alpha", "alpha", "mu_beta", "tau_beta", "beta", "sigma"},
+        105,
+        "group_index",
+    ),
+    "radon_slopes_non_centred": (
+        lambda **kw: radon_like(centred=False, varying_slopes=True, **kw),
+        {"mu_alpha", "tau_alpha", "z_alpha", "mu_beta", "tau_beta", "z_beta", "sigma"},
+        105,
+        "group_index",
+    ),
     "many_groups": (
         many_groups_regression,
         {"mu", "tau", "intercept", "beta", "sigma"},
@@ -68,6 +80,12 @@ def test_radon_like_groups_are_unbalanced_and_keyed_by_form():
     assert sizes.min() <= 5 and sizes.max() >= 300
     assert centred.key != non_centred.key
     assert centred.name.split(" N=")[0] != non_centred.name.split(" N=")[0]
+    slopes = radon_like(centred=True, varying_slopes=True)
+    assert slopes.key != centred.key
+    # Slopes are drawn after the intercept-only data, whose groups they keep.
+    np.testing.assert_array_equal(
+        slopes.model["group_index"].get_value(), centred.model["group_index"].get_value()
+    )
 
 
 def test_poisson_regression_has_levels_with_a_handful_of_events():
