@@ -255,16 +255,22 @@ def measure(
     if not distance <= config.mode_distance:
         return _measure_at_start(probe, position, batch_size, rng, estimators, config)
     centre = probe.centre(mode, likelihood_gradient)
+    return _around(probe, mode, centre, hessian, batch_size, rng, estimators, config)
+
+
+def _around(probe, point, centre, hessian, batch_size, rng, estimators, config, at_start=False):
+    """Return the Laplace picture of ``hessian`` at ``point`` and the noise at its draws."""
     log_concave, variance, factor = laplace(hessian)
-    points = mode + (factor @ rng.standard_normal((mode.size, config.noise_points))).T
+    points = point + (factor @ rng.standard_normal((point.size, config.noise_points))).T
     return Measurements(
-        mode,
+        point,
         centre,
         hessian,
         log_concave,
         variance,
         factor,
         batch_size=batch_size,
+        at_start=at_start,
         **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config),
     )
 
@@ -287,19 +293,7 @@ def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, confi
             "initial point is not finite; start from another initial point (initvals=...)."
         )
     centre = probe.centre(position)
-    log_concave, variance, factor = laplace(hessian)
-    points = position + (factor @ rng.standard_normal((position.size, config.noise_points))).T
-    return Measurements(
-        position,
-        centre,
-        hessian,
-        log_concave,
-        variance,
-        factor,
-        batch_size=batch_size,
-        at_start=True,
-        **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config),
-    )
+    return _around(probe, position, centre, hessian, batch_size, rng, estimators, config, True)
 
 
 def laplace(hessian):
