@@ -192,19 +192,18 @@ class ChainAdapter:
             chain.measurements = measurements
             chain.centre = measurements.centre
             chain.steps_since_refresh = 0
-            if start and not measurements.at_start:
-                factor = measurements.laplace_factor
-                position = measurements.mode + factor @ rng.standard_normal(size)
-            elif start:
-                position = measurements.mode
-                _log.info(
-                    "%s: the search for a posterior mode did not converge (the log density "
-                    "rises without bound, as towards the neck of a centred hierarchical "
-                    "model's funnel); the chain starts from its initial point and adapts "
-                    "from its tune draws.",
-                    self.name,
-                )
             if start:
+                position = measurements.mode
+                if measurements.at_start:
+                    _log.info(
+                        "%s: the search for a posterior mode did not converge (the log "
+                        "density rises without bound, as towards the neck of a centred "
+                        "hierarchical model's funnel); the chain starts from its initial "
+                        "point and adapts from its tune draws.",
+                        self.name,
+                    )
+                else:
+                    position = position + measurements.laplace_factor @ rng.standard_normal(size)
                 self.travel_if_slow(chain, tune)
         return position, [] if chain.travelling else chain.settings.warnings
 
