@@ -401,5 +401,23 @@ def test_a_posterior_without_a_mode_is_measured_at_the_chains_start(caplog):
         )
     assert "the search for a posterior mode did not converge" in caplog.text
     assert "it travelled 100 tune draws at a bias budget of 1" in caplog.text
+    # Measured again at its draws, the chain no longer warns about its start.
+    assert "the search found no posterior mode" not in caplog.text
     tau = np.asarray(result.posterior["tau"])
     assert np.all(np.isfinite(tau) & (tau > 0))
+
+
+def test_a_chain_without_a_mode_that_cannot_travel_says_so(caplog):
+    """Without tune draws a chain measured at its start keeps those settings: it warns."""
+    model = radon_like(n_rows=300, n_groups=60, centred=True).model
+    with caplog.at_level(logging.WARNING, logger="pymc"), model:
+        pm.sample(
+            step=SGLD(batch_size=50),
+            tune=0,
+            draws=3,
+            chains=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert "the search found no posterior mode" in caplog.text

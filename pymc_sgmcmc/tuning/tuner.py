@@ -300,7 +300,13 @@ def choose_settings(
             f"bias budget ({100 * inflation:.0f}% against {100 * budget:.0f}%); "
             f"{dynamics.over_budget_advice()}."
         )
-    if not (measurements.at_start or measurements.log_concave):
+    if measurements.at_start:
+        warnings.append(
+            f"{sampler_name}: the search found no posterior mode, so the settings come from "
+            "the local picture at the chain's start; only a chain that adapts alone with "
+            "tune draws (no compound step, tune > 0, no given step_size) refines them."
+        )
+    elif not measurements.log_concave:
         warnings.append(
             f"{sampler_name}: the Hessian where the chain was measured (its mode, or its "
             "draws' mean once it travelled) is not negative definite; the step-size rule "
