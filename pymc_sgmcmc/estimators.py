@@ -160,6 +160,11 @@ class Probe:
         # step methods can they give the control variate's centre term.
         self._control_variate_from_terms = not density.other_blocks
 
+    def __reduce__(self):
+        # Compiled code does not survive pickling (PyMC pickles the step
+        # methods for chain processes it does not fork): compile again.
+        return (Probe, (self.density, self._compile_kwargs, self.chunk_rows))
+
     def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
 

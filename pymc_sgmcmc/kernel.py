@@ -117,6 +117,7 @@ class Kernel:
     ):
         if isinstance(dynamics, type):
             dynamics = dynamics()
+        self._arguments = (density, estimator, dynamics, compile_kwargs, metric)
         self.dynamics = dynamics
         self.metric = metric
         position = density.position
@@ -246,6 +247,11 @@ class Kernel:
             )
         self._function.trust_input = True
         self._call = direct_call(self._function, len(inputs))
+
+    def __reduce__(self):
+        # Compiled code does not survive pickling (PyMC pickles the step
+        # methods for chain processes it does not fork): compile again.
+        return (Kernel, self._arguments)
 
     def prepare(self, named: Mapping[str, np.ndarray], size: int) -> list[np.ndarray]:
         """Check a chain's named inputs once and return them in the kernel's order.

@@ -73,6 +73,21 @@ def test_same_seed_gives_identical_draws_whatever_cores(model, step_class):
     assert not np.array_equal(np.asarray(other_seed.posterior["beta"]), chains)
 
 
+def test_same_draws_when_pymc_starts_chain_processes_without_forking(model):
+    """PyMC pickles the step method for its ``forkserver`` processes (its default on macOS).
+
+    The fused kernel from the first draw, so that the pickled step holds a
+    compiled kernel (from the first run, whose compiled model it reuses)
+    besides the tuning functions.
+    """
+    fused = {"tuning": TuningConfig(interpreted_steps=0)}
+    sequential = run(model, SGHMC, cores=1, step_options=fused)
+    parallel = run(model, SGHMC, cores=2, mp_ctx="forkserver", step_options=fused)
+    np.testing.assert_array_equal(
+        np.asarray(sequential.posterior["beta"]), np.asarray(parallel.posterior["beta"])
+    )
+
+
 def test_output_groups_and_sampler_stats(model):
     result = run(model, SGHMC, discard_tuned_samples=False)
     expected = "InferenceData" if int(pm.__version__.split(".")[0]) < 6 else "DataTree"
