@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
-__all__ = ["direct_call"]
+import os
+
+__all__ = ["claim_jax_process", "direct_call"]
+
+#: The process whose kernels first ran JAX (None until one did).
+_jax_process = None
 
 
-def direct_call(function, n_inputs: int):
+def claim_jax_process() -> None:
+    """Refuse to run JAX in a process forked from one where JAX already ran.
+
+    JAX starts threads; a process forked after that (PyMC forks one per
+    chain on Linux when ``cores > 1``) deadlocks at its first JAX call.
+
+    Raises
+    ------
+    RuntimeError
+        In such a forked process, before it calls JAX.
+    """
+    global _jax_process
+    if _jax_process is None:
+        _jax_process = os.getpid()
+    elif _jax_process != os.getpid():
+        raise RuntimeError(
+            "JAX ran in this process's parent before PyMC forked it, which deadlocks JAX; "
+            "sample with cores=1, or pass mp_ctx='forkserver' to pm.sample."
+        )
+
+
+def direct_call(function, n_inputs: int, on_device: bool = False):
     """Return a callable that runs ``function``'s compiled code with the least overhead.
 
     A function built by a JIT linker (Numba, JAX) holds its compiled code as
@@ -23,6 +49,9 @@ def direct_call(function, n_inputs: int):
         A compiled function whose outputs are a list (not a single variable).
     n_inputs : int
         Its explicit inputs.
+    on_device : bool, default False
+        For a JAX function: keep the shared values on JAX's device between
+        calls instead of copying them there at every call.
     """
     function.trust_input = True
     compiled = getattr(function.vm, "jit_fn", None)
@@ -30,8 +59,32 @@ def direct_call(function, n_inputs: int):
     if compiled is None or cells is None or len(cells) < n_inputs:
         return function
     shared = tuple(cells[n_inputs:])
+    if on_device:
+        return _DeviceCall(compiled, shared)
 
     def call(*arguments):
         return compiled(*arguments, *[cell[0] for cell in shared])
 
     return call
+
+
+class _DeviceCall:
+    """Call a JAX function with the shared values copied to its device once, not per call.
+
+    A shared value replaced since the last call (``pm.set_data``) is copied again.
+    """
+
+    def __init__(self, compiled, cells):
+        self._compiled = compiled
+        self._cells = cells
+        self._sources = [None] * len(cells)
+        self._copies = [None] * len(cells)
+
+    def __call__(self, *arguments):
+        import jax
+
+        for index, cell in enumerate(self._cells):
+            if cell[0] is not self._sources[index]:
+                self._sources[index] = cell[0]
+                self._copies[index] = jax.device_put(cell[0])
+        return self._compiled(*arguments, *self._copies)

@@ -11,13 +11,13 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
-from pymc_sgmcmc.direct import direct_call
+from pymc_sgmcmc.direct import claim_jax_process, direct_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.metric import IdentityMetric, Metric
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["Kernel", "KernelResult", "as_state", "checked_input"]
+__all__ = ["Kernel", "KernelResult", "as_state", "checked_input", "is_jax"]
 
 
 @dataclass(slots=True)
@@ -47,6 +47,11 @@ class KernelResult:
     gradient_norm: float
     steps_taken: int
     clipped_steps: int = 0
+
+
+def is_jax(compile_kwargs: Mapping | None) -> bool:
+    """Return whether ``compile_kwargs`` ask for PyTensor's JAX backend."""
+    return str((compile_kwargs or {}).get("mode", "")).upper() == "JAX"
 
 
 def as_state(state: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -94,6 +99,12 @@ class Kernel:
     Only the minibatch rows are read at each step: the graph indexes the data
     with the batch's indices, so the cost of a step does not depend on N.
 
+    With ``compile_kwargs={"mode": "JAX"}`` the loop runs in JAX, on its
+    default device (a GPU where JAX has one). JAX compiles loops of a fixed
+    length only, so one function is compiled per number of steps a call
+    takes (after tuning, a chain takes the same number at every draw), and
+    the data are copied to the device once rather than at every call.
+
     Parameters
     ----------
     density : MinibatchLogDensity
@@ -105,6 +116,8 @@ class Kernel:
         class stands for its instance with default options).
     compile_kwargs : dict, optional
         Passed to :func:`pymc.compile`, e.g. ``{"mode": "NUMBA"}``.
+    metric : type of Metric, default IdentityMetric
+        The kind of metric whose coordinates the dynamics run in.
     """
 
     def __init__(
@@ -236,22 +249,68 @@ class Kernel:
             spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar
         }
         self._shapes = {name: ("D",) for name in coordinate_inputs} | metric.input_shapes
-        # Numba's fast-math flags let LLVM assume values are finite, which would
-        # remove the divergence check; the kernel is compiled without them.
-        with pytensor.config.change_flags(numba__fastmath=False):
-            self._function = pm.compile(
-                inputs,
-                [*results, final_position, log_density, norms[-1], steps_taken, clipped_taken],
-                on_unused_input="ignore",
-                **(compile_kwargs or {}),
-            )
-        self._function.trust_input = True
-        self._call = direct_call(self._function, len(inputs))
+        outputs = [*results, final_position, log_density, norms[-1], steps_taken, clipped_taken]
+        self._compile_kwargs = dict(compile_kwargs or {})
+        if is_jax(self._compile_kwargs):
+            # JAX compiles loops of a fixed length only: one function per length.
+            self._graph = (inputs, outputs, (batch_indices, noises, *step_values))
+            self._by_length = {}
+            self._call = self._fixed_length_call
+        else:
+            self._function = self._compile(inputs, outputs)
+            self._call = direct_call(self._function, len(inputs))
 
     def __reduce__(self):
         # Compiled code does not survive pickling (PyMC pickles the step
         # methods for chain processes it does not fork): compile again.
         return (Kernel, self._arguments)
+
+    def _compile(self, inputs, outputs):
+        # Numba's fast-math flags let LLVM assume values are finite, which would
+        # remove the divergence check; the kernel is compiled without them.
+        with pytensor.config.change_flags(numba__fastmath=False):
+            function = pm.compile(inputs, outputs, on_unused_input="ignore", **self._compile_kwargs)
+        function.trust_input = True
+        return function
+
+    def compiled_function(self, length: int | None = None):
+        """Return the compiled PyTensor function behind the kernel.
+
+        With JAX, the function of loops of ``length`` steps (compiled now
+        if it was not yet); otherwise the one function for every length.
+        """
+        if not is_jax(self._compile_kwargs):
+            return self._function
+        return self._fixed_length(length)[0]
+
+    def _fixed_length(self, length: int):
+        """Return the JAX function of loops of ``length`` steps and its call, compiled once.
+
+        The per-step inputs get a static length, so that PyTensor folds the
+        loop's length into a constant, as ``jax.lax.scan`` needs.
+        """
+        claim_jax_process()
+        if length not in self._by_length:
+            inputs, outputs, sequences = self._graph
+            fixed = {
+                variable: pt.tensor(
+                    variable.name,
+                    shape=(length, *variable.type.shape[1:]),
+                    dtype=variable.dtype,
+                )
+                for variable in sequences
+            }
+            outputs = graph_replace(outputs, fixed, strict=False)
+            inputs = [fixed.get(variable, variable) for variable in inputs]
+            function = self._compile(inputs, outputs)
+            call = direct_call(function, len(inputs), on_device=True)
+            self._by_length[length] = (function, call)
+        return self._by_length[length]
+
+    def _fixed_length_call(self, *arguments):
+        """Run the JAX function of this many steps; return numpy arrays."""
+        _, call = self._fixed_length(len(arguments[len(self.state_names)]))
+        return [np.asarray(value) for value in call(*arguments)]
 
     def prepare(self, named: Mapping[str, np.ndarray], size: int) -> list[np.ndarray]:
         """Check a chain's named inputs once and return them in the kernel's order.

@@ -19,7 +19,7 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.compiled_model import compiled_model
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
-from pymc_sgmcmc.kernel import as_state
+from pymc_sgmcmc.kernel import as_state, is_jax
 from pymc_sgmcmc.loop import interpretable
 from pymc_sgmcmc.minibatch import MinibatchError
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
@@ -150,9 +150,10 @@ class StochasticGradientStep(ArrayStepShared):
         Point used to build the graphs; ``model.initial_point()`` by default.
     compile_kwargs : dict, optional
         Passed to :func:`pymc.compile`; ``{"mode": "NUMBA"}`` for the kernels
-        unless it names another ``mode`` (e.g. ``"CVM"`` for the C backend),
+        unless it names another ``mode`` (``"CVM"`` for the C backend,
+        ``"JAX"`` to run the kernels with JAX, on a GPU where JAX has one),
         and the tuning functions' backend (:data:`PROBE_MODE`) unless it
-        names one.
+        names one other than ``"JAX"``.
     blocked, rng
         As for every PyMC step method.
     **options
@@ -247,15 +248,14 @@ class StochasticGradientStep(ArrayStepShared):
                 f"control_variate must be None (automatic), True or False, got {control_variate!r}."
             )
         probe_kwargs = {"mode": PROBE_MODE, **(compile_kwargs or {})}
+        if is_jax(probe_kwargs):
+            # JAX runs the kernels (on its device, e.g. a GPU); the tuning
+            # functions, called many times on changing shapes, keep their backend.
+            probe_kwargs["mode"] = PROBE_MODE
         compile_kwargs = {
             "mode": self.dynamics.kernel_mode() or DEFAULT_MODE,
             **(compile_kwargs or {}),
         }
-        if str(compile_kwargs["mode"]).upper() == "JAX":
-            raise ValueError(
-                "PyTensor's JAX backend cannot compile a loop whose length is an input, which "
-                "the fused kernels need; use mode='NUMBA' (the default) or 'CVM' (C)."
-            )
         self.tuning = tuning or TuningConfig()
         shared = pm.make_shared_replacements(initial_point, vars, model)
         self.compiled = compiled_model(

@@ -113,6 +113,7 @@ def test_advi_and_hmcecs_rows_measure_accuracy_against_the_reference():
     assert len(hmcecs.means) == len(panel.means["beta"])
 
 
+@pytest.mark.jax
 def test_the_hmcecs_proxy_is_centred_at_the_posterior_mode():
     """The L-BFGS mode of the NumPyro model is PyMC's MAP of the same model."""
     import jax.numpy as jnp

@@ -1,5 +1,7 @@
 """The fused kernel: K inner steps in one compiled call, O(B) work per step."""
 
+import os
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -11,7 +13,7 @@ from pytensor.tensor import subtensor
 from pytensor.tensor.shape import Shape, Shape_i
 from rules import position_terms
 
-from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc import SGHMC, direct
 from pymc_sgmcmc.estimators import Centre, Probe, control_variate_gradient, minibatch_gradient
 from pymc_sgmcmc.kernel import Kernel, as_state
 from pymc_sgmcmc.loop import InterpretedKernel, interpretable
@@ -60,11 +62,20 @@ def chain_inputs(dynamics, size=3):
     return dynamics.chain_inputs(np.full(size, 0.7), 1.0, tuned)
 
 
+#: The backends every kernel test runs on: the default one and JAX.
+BACKENDS = pytest.mark.parametrize(
+    "compile_kwargs",
+    [None, pytest.param({"mode": "JAX"}, marks=pytest.mark.jax)],
+    ids=["default", "jax"],
+)
+
+
+@BACKENDS
 @pytest.mark.parametrize("sampler", list(SAMPLERS.values()), ids=list(SAMPLERS))
-def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler):
+def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler, compile_kwargs):
     """K fused steps with control variates reproduce the declared rule applied with numpy."""
     dynamics = sampler.dynamics_class()
-    kernel = Kernel(density, control_variate_gradient(density), dynamics)
+    kernel = Kernel(density, control_variate_gradient(density), dynamics, compile_kwargs)
     probe = Probe(density)
     centre = Centre(np.array([0.5, -0.3, 0.1]), np.array([3.0, -2.0, 1.0]))
     inputs = chain_inputs(dynamics)
@@ -88,9 +99,9 @@ def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler
         np.testing.assert_allclose(result.state[name], value, rtol=1e-10)
 
 
-@pytest.mark.parametrize("mode", ["NUMBA", "FAST_RUN"])
+@pytest.mark.parametrize("mode", ["NUMBA", "FAST_RUN", pytest.param("JAX", marks=pytest.mark.jax)])
 def test_backends_run_the_same_recursion(density, mode):
-    """SGLD's fused steps agree with numpy on the Numba and the C backend."""
+    """SGLD's fused steps agree with numpy on the Numba, the C and the JAX backend."""
     dynamics = Langevin()
     kernel = Kernel(density, minibatch_gradient(density), Langevin, {"mode": mode})
     gradient = pm.compile([density.position, density.indices], density.gradient)
@@ -106,8 +117,9 @@ def test_backends_run_the_same_recursion(density, mode):
     np.testing.assert_allclose(result.state["position"], state["position"], rtol=1e-10)
 
 
-def test_loop_stops_at_the_last_finite_state(density):
-    kernel = Kernel(density, minibatch_gradient(density), Langevin)
+@BACKENDS
+def test_loop_stops_at_the_last_finite_state(density, compile_kwargs):
+    kernel = Kernel(density, minibatch_gradient(density), Langevin, compile_kwargs)
     values = kernel.prepare(chain_inputs(Langevin()), 3)
     indices, noise = make_inputs(6, seed=2)
     step_sizes = np.array([1e-3, 1e-3, 1e-3, np.inf, 1e-3, 1e-3])
@@ -180,12 +192,20 @@ def full_data(fgraph):
     }
 
 
-def test_compiled_kernel_reads_only_minibatch_rows(model):
+@BACKENDS
+def test_compiled_kernel_reads_only_minibatch_rows(model, compile_kwargs):
     """Every use of the N-row data in the compiled kernel is a row gather (or reads N)."""
     with model:
-        step = SGHMC(batch_size=20, step_size=1e-3, preconditioner=None, steps_per_draw=4)
+        step = SGHMC(
+            batch_size=20,
+            step_size=1e-3,
+            preconditioner=None,
+            steps_per_draw=4,
+            compile_kwargs=compile_kwargs,
+        )
     for estimator in ("minibatch", "control_variate"):
-        fgraph = step.compiled.kernel(Underdamped, estimator)._function.maker.fgraph
+        kernel = step.compiled.kernel(Underdamped, estimator)
+        fgraph = kernel.compiled_function(4).maker.fgraph
         data = full_data(fgraph)
         assert data, "the kernel must read the data"
         uses = data_uses(fgraph, data)
@@ -202,9 +222,38 @@ def test_full_data_check_catches_a_full_pass(model):
     assert not all(reads_rows(use) for use in uses)
 
 
-def test_jax_mode_is_refused_with_the_fix(model):
-    with model, pytest.raises(ValueError, match="mode='NUMBA'"):
-        SGLD(compile_kwargs={"mode": "JAX"})
+@pytest.mark.jax
+def test_jax_kernels_read_data_replaced_after_their_first_call(model):
+    """The data copied to JAX's device are copied again once ``pm.set_data`` replaced them."""
+    density = build_minibatch_log_density(model, model.value_vars)
+    kernels = [
+        Kernel(density, minibatch_gradient(density), Langevin, kwargs)
+        for kwargs in ({"mode": "NUMBA"}, {"mode": "JAX"})
+    ]
+    values = [kernel.prepare(chain_inputs(Langevin()), 3) for kernel in kernels]
+    indices, noise = make_inputs(4, seed=3)
+    steps = {"step_size": np.full(4, 1e-2)}
+    start = {"position": np.zeros(3)}
+    (data,) = [data for data in density.data if data.dtype.startswith("float")]
+    before = kernels[1](start, indices, noise, steps, values[1]).position
+    data.set_value(2.0 * data.get_value())
+    after = [
+        kernel(start, indices, noise, steps, v).position
+        for kernel, v in zip(kernels, values, strict=True)
+    ]
+    np.testing.assert_allclose(after[1], after[0], rtol=1e-10)
+    assert not np.allclose(after[1], before)
+
+
+@pytest.mark.jax
+def test_jax_kernels_refuse_to_run_in_a_process_forked_after_jax_ran(density, monkeypatch):
+    """JAX deadlocks in a process forked after it started threads: a one-line error instead."""
+    kernel = Kernel(density, minibatch_gradient(density), Langevin, {"mode": "JAX"})
+    values = kernel.prepare(chain_inputs(Langevin()), 3)
+    indices, noise = make_inputs(2)
+    monkeypatch.setattr(direct, "_jax_process", os.getpid() + 1)
+    with pytest.raises(RuntimeError, match="cores=1"):
+        kernel({"position": np.zeros(3)}, indices, noise, {"step_size": np.full(2, 1e-3)}, values)
 
 
 def test_fused_control_variate_follows_another_block_that_moved():

@@ -88,6 +88,17 @@ def test_same_draws_when_pymc_starts_chain_processes_without_forking(model):
     )
 
 
+@pytest.mark.jax
+def test_jax_kernels_give_the_draws_of_the_default_backend(model):
+    """The same seeded chains, with every draw run by the fused kernel, on JAX and by default."""
+    fused = {"tuning": TuningConfig(interpreted_steps=0)}
+    default = run(model, SGHMC, step_options=fused)
+    jax = run(model, SGHMC, step_options={**fused, "compile_kwargs": {"mode": "JAX"}})
+    np.testing.assert_allclose(
+        np.asarray(jax.posterior["beta"]), np.asarray(default.posterior["beta"]), rtol=1e-9
+    )
+
+
 def test_output_groups_and_sampler_stats(model):
     result = run(model, SGHMC, discard_tuned_samples=False)
     expected = "InferenceData" if int(pm.__version__.split(".")[0]) < 6 else "DataTree"
