@@ -75,16 +75,17 @@ class _DeviceCall:
     """
 
     def __init__(self, compiled, cells):
+        import jax
+
+        self._put = jax.device_put
         self._compiled = compiled
         self._cells = cells
         self._sources = [None] * len(cells)
         self._copies = [None] * len(cells)
 
     def __call__(self, *arguments):
-        import jax
-
         for index, cell in enumerate(self._cells):
             if cell[0] is not self._sources[index]:
                 self._sources[index] = cell[0]
-                self._copies[index] = jax.device_put(cell[0])
+                self._copies[index] = self._put(cell[0])
         return self._compiled(*arguments, *self._copies)
