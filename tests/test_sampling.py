@@ -99,6 +99,32 @@ def test_jax_kernels_give_the_draws_of_the_default_backend(model):
     )
 
 
+@pytest.mark.jax
+def test_jax_kernels_in_a_compound_step_read_the_other_blocks_new_values(model):
+    """The other block's value, set by PyMC at every draw, reaches JAX's device copy."""
+
+    def compound(compile_kwargs):
+        with model:
+            step = [
+                SGLD(
+                    vars=[model["beta"]],
+                    batch_size=50,
+                    steps_per_draw=5,
+                    tuning=TuningConfig(interpreted_steps=0),
+                    compile_kwargs=compile_kwargs,
+                ),
+                pm.Metropolis(vars=[model["sigma"]]),
+            ]
+            options = {"draws": 30, "tune": 20, "chains": 2, "cores": 1, "random_seed": 4}
+            result = pm.sample(step=step, progressbar=False, **options)
+        return np.asarray(result.posterior["beta"]), np.asarray(result.posterior["sigma"])
+
+    default, jax = compound(None), compound({"mode": "JAX"})
+    np.testing.assert_allclose(jax[0], default[0], rtol=1e-9)
+    np.testing.assert_array_equal(jax[1], default[1])
+    assert np.unique(jax[1]).size > 2, "the other block must move"
+
+
 def test_output_groups_and_sampler_stats(model):
     result = run(model, SGHMC, discard_tuned_samples=False)
     expected = "InferenceData" if int(pm.__version__.split(".")[0]) < 6 else "DataTree"
