@@ -301,12 +301,22 @@ class Probe:
         (so the minibatch noise cancels) and step ``steps[j]`` along
         coordinate ``j``; symmetrised.
         """
-        columns = []
+        return self.hessians(position, indices, steps)[0]
+
+    def hessians(self, position, indices, steps):
+        """Return the Hessians of the minibatch log density and of the log prior alone.
+
+        As :meth:`hessian`; the prior's comes from the same gradient calls.
+        """
+        columns, prior_columns = [], []
         for j, step in enumerate(steps):
             offset = np.zeros_like(position)
             offset[j] = step
-            forward = self.minibatch_gradient(position + offset, indices)
-            backward = self.minibatch_gradient(position - offset, indices)
-            columns.append((forward - backward) / (2.0 * step))
-        hessian = np.stack(columns, axis=1)
-        return 0.5 * (hessian + hessian.T)
+            _, prior_forward, _, forward = self.terms(position + offset, indices)
+            _, prior_backward, _, backward = self.terms(position - offset, indices)
+            prior_columns.append((prior_forward - prior_backward) / (2.0 * step))
+            columns.append(prior_columns[-1] + (forward - backward) / (2.0 * step))
+        return tuple(
+            0.5 * (matrix + matrix.T)
+            for matrix in (np.stack(columns, axis=1), np.stack(prior_columns, axis=1))
+        )

@@ -29,6 +29,17 @@ class TuningConfig:
         Largest N times D for which the Hessian is estimated on all rows.
     hessian_rows_per_coordinate : int
         Fewest rows per coordinate the Hessian's minibatch holds.
+    information_batches, information_batch_size : int
+        Minibatches, and rows in each, from which the covariance of the rows'
+        log-likelihood gradients (the information) is estimated wherever a
+        Hessian is, to check it (:mod:`pymc_sgmcmc.tuning.kinks`).
+    kink_step, kink_tolerance : float
+        Length in sds of the coarse difference that checks the Hessian's,
+        and how far apart (relative to the coarse curvature plus the
+        information) the two may lie before the likelihood counts as kinked.
+    kink_coordinates, kink_directions : int
+        Up to ``kink_coordinates`` coordinates each axis is checked; beyond,
+        ``kink_directions`` random directions.
     subsample_rows : int
         Rows of the subsample Newton stage (run when N exceeds four times it).
     newton_steps : int
@@ -95,6 +106,12 @@ class TuningConfig:
     hessian_rows: int = 4096
     hessian_full_work: int = 2_000_000
     hessian_rows_per_coordinate: int = 32
+    information_batches: int = 64
+    information_batch_size: int = 256
+    kink_step: float = 0.1
+    kink_tolerance: float = 0.25
+    kink_coordinates: int = 50
+    kink_directions: int = 16
     subsample_rows: int = 50_000
     newton_steps: int = 20
     newton_tolerance: float = 1e-4

@@ -15,6 +15,7 @@ import numpy as np
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.kinks import with_information
 
 __all__ = ["estimate_hessian", "find_mode", "hessian_sds"]
 
@@ -62,13 +63,16 @@ def estimate_hessian(probe: Probe, position, rng, config: TuningConfig, search=F
 
     The rows are chosen by :func:`_hessian_rows`. The differencing steps are
     1e-3 of each coordinate's sd, taken from ``scale`` (the sds a previous
-    Hessian implied) or else from a first pass with unit-scale steps.
+    Hessian implied) or else from a first pass with unit-scale steps. The
+    likelihood's part is checked against the spread of its rows' gradients
+    (:func:`~pymc_sgmcmc.tuning.kinks.with_information`).
     """
     rows = _hessian_rows(probe, position.size, rng, config, search)
     indices = np.arange(probe.n_rows) if rows is None else rows
     if scale is None:
         scale = hessian_sds(probe.hessian(position, indices, np.full(position.size, 1e-4)))
-    return probe.hessian(position, indices, 1e-3 * scale)
+    hessian, prior_hessian = probe.hessians(position, indices, 1e-3 * scale)
+    return with_information(probe, position, indices, scale, hessian, prior_hessian, rng, config)
 
 
 def hessian_sds(hessian):
