@@ -47,13 +47,15 @@ def _directions(scale, rng, config: TuningConfig):
     """Return the directions checked, as columns scaled by the sds ``scale``.
 
     The coordinate axes for up to ``config.kink_coordinates`` coordinates,
-    beyond that ``config.kink_directions`` random sign vectors.
+    beyond that ``config.kink_directions`` random sign vectors of unit length
+    in sds (a coarse step along one moves the position 0.1 sd, not
+    ``0.1 sqrt(D)``).
     """
     size = len(scale)
     if size <= config.kink_coordinates:
         return np.diag(scale)
     signs = rng.choice([-1.0, 1.0], size=(size, config.kink_directions))
-    return signs * scale[:, None]
+    return signs * scale[:, None] / np.sqrt(size)
 
 
 def with_information(

@@ -63,9 +63,9 @@ def estimate_hessian(probe: Probe, position, rng, config: TuningConfig, search=F
 
     The rows are chosen by :func:`_hessian_rows`. The differencing steps are
     1e-3 of each coordinate's sd, taken from ``scale`` (the sds a previous
-    Hessian implied) or else from a first pass with unit-scale steps. The
-    likelihood's part is checked against the spread of its rows' gradients
-    (:func:`~pymc_sgmcmc.tuning.kinks.with_information`).
+    Hessian implied) or else from a first pass with unit-scale steps. A
+    likelihood found to have kinks gets its curvature from the information
+    identity instead (:func:`~pymc_sgmcmc.tuning.kinks.with_information`).
     """
     rows = _hessian_rows(probe, position.size, rng, config, search)
     indices = np.arange(probe.n_rows) if rows is None else rows
