@@ -61,7 +61,7 @@ def _directions(scale, rng, config: TuningConfig):
 def with_information(
     probe: Probe, position, indices, scale, hessian, prior_hessian, rng, config: TuningConfig
 ):
-    """Return ``hessian``, or the prior's Hessian minus the likelihood's information.
+    """Return ``hessian`` or the prior's Hessian minus the likelihood's information, and which.
 
     Along each checked direction ``w`` (:func:`_directions`, in sds
     ``scale``) three curvatures of the likelihood are compared: the one of
@@ -71,8 +71,11 @@ def with_information(
     two differences disagree by more than ``config.kink_tolerance`` times
     the coarse one plus the information (a smooth log density's curvature
     changes little over 0.1 sd). Then the Hessian returned is
-    ``prior_hessian - F``, with ``F`` estimated from more minibatches: Fisher
-    scoring in the mode search, and the Laplace picture at its end.
+    ``prior_hessian - F``, with ``F`` estimated from ``16 D`` (at least
+    256) minibatches, so that sampling error spreads its eigenvalues by less
+    than a factor 1.6 (Marchenko-Pastur): Fisher scoring in the mode search,
+    and the Laplace picture at its end. The second value returned says
+    whether the likelihood was found kinked.
 
     The information identity fails for parameters fitted to few rows (at the
     mode a group's residuals shrink towards its intercept), so it only
@@ -95,6 +98,7 @@ def with_information(
     )
     along = np.einsum("ik,ij,jk->k", directions, information, directions)
     if not np.any(np.abs(fine - coarse) > config.kink_tolerance * (np.abs(coarse) + along)):
-        return hessian
-    batches = max(4 * len(position), 4 * config.information_batches)
-    return prior_hessian - likelihood_information(probe, position, generator, batches, batch_size)
+        return hessian, False
+    batches = max(16 * len(position), 4 * config.information_batches)
+    information = likelihood_information(probe, position, generator, batches, batch_size)
+    return prior_hessian - information, True

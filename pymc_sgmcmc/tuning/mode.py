@@ -61,7 +61,16 @@ def _hessian_rows(probe: Probe, size: int, rng, config: TuningConfig, search: bo
 def estimate_hessian(probe: Probe, position, rng, config: TuningConfig, search=False, scale=None):
     """Estimate the Hessian of the log posterior on all rows, or on one large minibatch.
 
-    The rows are chosen by :func:`_hessian_rows`. The differencing steps are
+    As :func:`checked_hessian`, without saying whether the likelihood has kinks.
+    """
+    return checked_hessian(probe, position, rng, config, search, scale)[0]
+
+
+def checked_hessian(probe: Probe, position, rng, config: TuningConfig, search=False, scale=None):
+    """Return the Hessian of the log posterior and whether the likelihood has kinks.
+
+    The Hessian is estimated on all rows, or on one large minibatch. The
+    rows are chosen by :func:`_hessian_rows`. The differencing steps are
     1e-3 of each coordinate's sd, taken from ``scale`` (the sds a previous
     Hessian implied) or else from a first pass with unit-scale steps. A
     likelihood found to have kinks gets its curvature from the information
@@ -156,7 +165,8 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
         Squared distance, in posterior sds of the quadratic picture there,
         from the end of the search to a stationary point: near 0 at a mode,
         large where the log density rises without bound (the search then
-        ends where its steps stop, e.g. deep in a funnel's neck).
+        ends where its steps stop, e.g. deep in a funnel's neck). Divided by
+        D where the likelihood has kinks.
     """
     config = config or TuningConfig()
     position = _adam(
@@ -191,8 +201,14 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
     )
     # The search's Hessian set directions only; the one at the mode is
     # estimated on the final rows, with steps scaled by the search's.
-    hessian = estimate_hessian(probe, position, rng, config, scale=hessian_sds(hessian))
-    return position, log_density, likelihood_gradient, hessian, _distance(hessian, gradient)
+    hessian, kinked = checked_hessian(probe, position, rng, config, scale=hessian_sds(hessian))
+    distance = _distance(hessian, gradient)
+    if kinked:
+        # At the maximum of a likelihood with kinks the gradient is the sum
+        # of one-sided jumps, not zero: about one per coordinate (the rows
+        # that sit at their kinks), so the distance is counted per coordinate.
+        distance /= position.size
+    return position, log_density, likelihood_gradient, hessian, distance
 
 
 def _distance(hessian, gradient) -> float:
