@@ -182,3 +182,34 @@ def test_the_search_ends_at_the_mode_of_a_quantile_regression_with_many_coeffici
     ratio = np.sqrt(measurements.laplace_variance) / expected
     print(np.round([ratio.min(), ratio.max()], 3))
     assert np.all(np.abs(ratio - 1.0) < 0.25)
+
+
+def _lasso(seed):
+    rng = np.random.default_rng(seed)
+    n_rows, size = 2000, 10
+    x = rng.normal(size=(n_rows, size))
+    y = x @ np.r_[1.0, -0.5, 0.25, np.zeros(size - 3)] + rng.normal(size=n_rows)
+    with pm.Model() as model:
+        coefficients = pm.Laplace("coefficients", 0.0, 0.05, shape=size)
+        pm.Normal("y", pm.math.dot(x, coefficients), 1.0, observed=y)
+    return model, x
+
+
+@pytest.mark.parametrize("config", [TuningConfig(), UNCHECKED])
+def test_a_lasso_prior_at_its_kink_leaves_the_likelihoods_curvature(config):
+    # A Laplace prior has no curvature beside its kink at 0, where the
+    # lasso's mode puts the coefficients it shrinks: the Laplace picture is
+    # then the likelihood's, sd sqrt(diag((X'X)^-1)), not a spike's. Without
+    # the check (the negative control) some coordinate's sd is a spike's.
+    unchecked = config is UNCHECKED
+    failures = 0
+    for seed in range(3):
+        model, x = _lasso(seed)
+        probe = Probe(build_minibatch_log_density(model, model.value_vars))
+        measurements = measure(probe, 100, np.random.default_rng(seed), np.zeros(10), config=config)
+        expected = np.sqrt(np.diag(np.linalg.inv(x.T @ x)))
+        ratio = np.sqrt(measurements.laplace_variance) / expected
+        print(seed, np.round(ratio, 4))
+        assert not measurements.at_start
+        failures += not np.allclose(ratio, 1.0, rtol=1e-3)
+    assert failures > 0 if unchecked else failures == 0
