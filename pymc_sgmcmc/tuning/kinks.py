@@ -101,7 +101,7 @@ def with_information(
     )
     along = np.einsum("ik,ij,jk->k", directions, information, directions)
     if not np.any(np.abs(fine - coarse) > config.kink_tolerance * (np.abs(coarse) + along)):
-        return (prior_hessian - likelihood if prior_kinked else hessian), prior_kinked
+        return (prior_hessian - likelihood if prior_kinked else hessian), False
     batches = max(16 * len(position), 4 * config.information_batches)
     information = likelihood_information(probe, position, generator, batches, batch_size)
     return prior_hessian - information, True
@@ -111,26 +111,33 @@ def _without_prior_kinks(probe: Probe, position, scale, prior_hessian, likelihoo
     """Return the prior's Hessian without the curvature of its kinks, and whether it had any.
 
     A prior with a kink (``pm.Laplace``, a Bayesian lasso) has no curvature
-    beside it and a spike at it, and its mode often sits exactly there. Where
-    the prior's curvature along a coordinate differenced over
-    ``config.kink_step`` sd disagrees with the one over 1e-3 sd (as in
-    :func:`with_information`, relative to the coarse one plus the
-    likelihood's curvature ``likelihood``), that coordinate's row and column
-    of the prior's Hessian are set to zero, its value between the kinks: the
-    Laplace picture is then the likelihood's there, wider than the posterior
-    (the tune windows narrow it), not a spike's thousand times narrower.
-    Each coordinate takes two evaluations of the prior (on one row).
+    beside it and a spike at it, and its mode often sits exactly there. A
+    difference across a kink is inversely proportional to its step, so the
+    prior's curvature along each coordinate is differenced again with twice
+    the Hessian's step (2e-3 sd; a smooth prior's curvature does not change
+    on that scale, even where ``scale`` overstates the sd many times, as in
+    a funnel). Where the doubled step's curvature is half the first one's
+    (both crossed the kink) or the first one is zero (only the doubled one
+    did), and it is not small beside the likelihood's curvature
+    ``likelihood``, that coordinate's row and column of the prior's Hessian
+    are set to zero, its value between the kinks: the Laplace picture is
+    then the likelihood's there, wider than the posterior (the tune windows
+    narrow it), not a spike's thousand times narrower. Each coordinate takes
+    two evaluations of the prior (on one row).
     """
     one_row = np.arange(1)
-    coarse = np.empty(len(position))
+    doubled = np.empty(len(position))
     for j, sd in enumerate(np.asarray(scale, dtype=float)):
         offset = np.zeros_like(position)
-        offset[j] = config.kink_step * sd
+        offset[j] = 2e-3 * sd
         forward = probe.terms(position + offset, one_row)[1][j]
         backward = probe.terms(position - offset, one_row)[1][j]
-        coarse[j] = (backward - forward) / (2.0 * offset[j])
+        doubled[j] = (backward - forward) / (2.0 * offset[j])
     fine = -np.diag(prior_hessian)
-    kinked = np.abs(fine - coarse) > config.kink_tolerance * (np.abs(coarse) + np.abs(likelihood))
+    large = np.abs(doubled) > config.kink_tolerance * np.abs(likelihood)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        halved = np.abs(doubled / fine - 0.5) < config.kink_tolerance / 2
+    kinked = large & (halved | (fine == 0))
     if not np.any(kinked):
         return prior_hessian, False
     smooth = np.where(kinked, 0.0, 1.0)
