@@ -80,7 +80,9 @@ def with_information(
     The information identity fails for parameters fitted to few rows (at the
     mode a group's residuals shrink towards its intercept), so it only
     replaces a Hessian whose differences are found unreliable, never a
-    smooth one.
+    smooth one. The prior's own kinks are taken out of ``prior_hessian``
+    first (:func:`_without_prior_kinks`); they do not count as the
+    likelihood's.
     """
     likelihood = prior_hessian - hessian
     prior_hessian, prior_kinked = _without_prior_kinks(
