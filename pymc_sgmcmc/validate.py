@@ -16,8 +16,9 @@ above 10^4, exact posterior), a Student-t regression (heavy tails), a
 Poisson regression with rare categories (skew) and a radon-like hierarchical
 model with unbalanced groups, written centred and non-centred (also at the
 radon data's size, 919 rows in 85 groups, where the centred form's joint
-density has no mode, and non-centred with varying slopes), and a
-hierarchical regression with 1,000 groups on a million rows.
+density has no mode, and non-centred with varying slopes), a hierarchical
+regression with 1,000 groups on a million rows, and a median regression
+whose Laplace likelihood has a kink at every row (exact posterior).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pymc_sgmcmc.panel import (
 from pymc_sgmcmc.real_posteriors import (
     many_groups_reference,
     many_groups_regression,
+    median_regression,
     poisson_regression,
     polynomial_regression,
     radon_like,
@@ -74,6 +76,7 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
         radon_like(n_rows=919, n_groups=85, centred=False, varying_slopes=True)
     ),
     "many-groups": lambda: many_groups_reference(many_groups_regression()),
+    "median-regression": median_regression,
 }
 HEADER = (
     "| model | N | sampler | max abs mean error / sd | worst sd ratio | "

@@ -1,9 +1,9 @@
-"""Likelihoods with kinks: the Laplace picture from the information identity.
+"""Likelihoods and priors with kinks: the Laplace picture from the information identity.
 
-A Laplace (median) regression's log likelihood is piecewise linear in the
+A median regression's log likelihood is piecewise linear in the
 coefficients, so differencing its gradient over 1e-3 posterior sd sees no
-curvature or a spike. Its posterior is known on a grid: the coefficients
-are two and the scale is given.
+curvature or a spike. Its posterior is known on a grid
+(:func:`pymc_sgmcmc.real_posteriors.median_regression`).
 """
 
 import numpy as np
@@ -14,58 +14,14 @@ from monte_carlo import assert_meets_bar, compare
 from pymc_sgmcmc import SGHMC
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
-from pymc_sgmcmc.real_posteriors import radon_like
+from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
 from pymc_sgmcmc.tuning.kinks import likelihood_information, with_information
 from pymc_sgmcmc.tuning.mode import hessian_sds
 
-SCALE = 0.7
 PRIOR_SD = 5.0
 # Differencing alone, as before the check: no kink is ever detected.
 UNCHECKED = TuningConfig(kink_tolerance=np.inf)
-
-
-def _laplace_logp(value, mu, scale):
-    return -pm.math.abs(value - mu) / scale - pm.math.log(2 * scale)
-
-
-def laplace_regression(seed, n_rows=2000):
-    """Return a median regression of simulated data, with its design and response."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=n_rows)
-    y = 1.0 + 0.5 * x + rng.laplace(scale=SCALE, size=n_rows)
-    with pm.Model() as model:
-        coefficients = pm.Normal("coefficients", 0.0, PRIOR_SD, shape=2)
-        pm.CustomDist(
-            "y", coefficients[0] + coefficients[1] * x, SCALE, logp=_laplace_logp, observed=y
-        )
-    return model, x, y
-
-
-def grid_posterior(x, y, points=201, width=8.0):
-    """Return the exact posterior means and sds of the coefficients, summed on a grid.
-
-    The grid spans ``width`` asymptotic sds around the least-squares fit on
-    each axis; at 0.08 sd spacing the sums are exact to far below Monte Carlo
-    error.
-    """
-    design = np.column_stack([np.ones_like(x), x])
-    centre = np.linalg.lstsq(design, y, rcond=None)[0]
-    sds = np.sqrt(np.diag(np.linalg.inv(design.T @ design))) * SCALE
-    axes = [c + np.linspace(-width, width, points) * s for c, s in zip(centre, sds, strict=True)]
-    first, second = np.meshgrid(*axes, indexing="ij")
-    log_density = -(first**2 + second**2) / (2 * PRIOR_SD**2)
-    for row_x, row_y in zip(np.array_split(x, 20), np.array_split(y, 20), strict=True):
-        residuals = row_y[:, None, None] - first[None] - second[None] * row_x[:, None, None]
-        log_density = log_density - np.abs(residuals).sum(axis=0) / SCALE
-    weights = np.exp(log_density - log_density.max())
-    weights /= weights.sum()
-    means = np.array([np.sum(weights * first), np.sum(weights * second)])
-    variances = [
-        np.sum(weights * (grid - mean) ** 2)
-        for grid, mean in zip((first, second), means, strict=True)
-    ]
-    return means, np.sqrt(variances)
 
 
 def laplace_sds(model, config=None):
@@ -74,12 +30,9 @@ def laplace_sds(model, config=None):
     return np.sqrt(measurements.laplace_variance)
 
 
-SEEDS = range(4, 12)
-
-
 @pytest.fixture(scope="module")
 def data_sets():
-    return {seed: laplace_regression(seed) for seed in SEEDS}
+    return {seed: median_regression(seed=seed) for seed in range(4, 12)}
 
 
 # Beyond ``kink_coordinates`` coordinates the check looks along random directions.
@@ -88,9 +41,8 @@ def test_laplace_picture_of_a_median_regression_has_the_posterior_sds(data_sets,
     # The information is estimated from 256 minibatches: its diagonal is
     # within about 9% (1 se), the sds it implies within about 5%; 20% is
     # four standard errors.
-    for seed, (model, x, y) in data_sets.items():
-        _, sds = grid_posterior(x, y)
-        ratio = laplace_sds(model, config) / sds
+    for seed, known in data_sets.items():
+        ratio = laplace_sds(known.model, config) / known.sds["coefficients"]
         print(seed, np.round(ratio, 3))
         assert np.all(np.abs(ratio - 1.0) < 0.2), (seed, ratio)
 
@@ -99,9 +51,8 @@ def test_differencing_alone_misses_the_curvature_of_a_median_regression(data_set
     # Negative control for the test above: without the check, differences
     # over 1e-3 sd give sds off by more than a factor 2 on some data sets.
     worst = []
-    for model, x, y in data_sets.values():
-        _, sds = grid_posterior(x, y)
-        ratio = laplace_sds(model, UNCHECKED) / sds
+    for known in data_sets.values():
+        ratio = laplace_sds(known.model, UNCHECKED) / known.sds["coefficients"]
         worst.append(np.max(np.abs(np.log(ratio))))
     print(np.round(np.exp(worst), 3))
     assert max(worst) > np.log(2.0)
@@ -109,9 +60,8 @@ def test_differencing_alone_misses_the_curvature_of_a_median_regression(data_set
 
 def test_sghmc_defaults_sample_a_median_regression():
     # The data set on which the differenced Hessian at the mode is the prior's.
-    model, x, y = laplace_regression(10)
-    means, sds = grid_posterior(x, y)
-    with model:
+    known = median_regression()
+    with known.model:
         idata = pm.sample(
             step=SGHMC(),
             tune=1000,
@@ -122,7 +72,7 @@ def test_sghmc_defaults_sample_a_median_regression():
             progressbar=False,
             compute_convergence_checks=False,
         )
-    comparison = compare(idata.posterior, {"coefficients": means}, {"coefficients": sds})
+    comparison = compare(idata.posterior, known.means, known.sds)
     assert_meets_bar(comparison, "SGHMC, median regression")
 
 
