@@ -402,8 +402,9 @@ def median_regression(n_rows=2000, seed=10) -> PanelModel:
     ``pm.CustomDist``, the scale given, ``a, b ~ N(0, 5)``. The log
     likelihood is piecewise linear in the coefficients, so a Hessian
     differenced over 1e-3 posterior sd sees no curvature or a spike; with the
-    default seed it sees none, and the prior's sds (5) stand for the
-    posterior's (0.016). The posterior means and sds are sums over a grid of
+    default seed, measured from zero with generator seed 1, it sees none, and
+    the prior's sds (5) stood for the posterior's (0.016) before the kink
+    check (:mod:`pymc_sgmcmc.tuning.kinks`). The posterior means and sds are sums over a grid of
     201 x 201 points spanning 8 asymptotic sds each way (see
     :func:`median_regression_moments`).
 
