@@ -94,6 +94,18 @@ def test_control_variates_are_chosen_where_they_pay(large_logistic):
     assert plain_step < automatic_step / 20
 
 
+@pytest.mark.parametrize("sampler", [SGLD, SGHMC])
+def test_only_batches_of_every_row_drawn_without_replacement_are_noiseless(sampler):
+    known = correlated_regression(n_rows=50, correlation=0.5)
+    model = known.model
+    exact = run(sampler(batch_size=50, model=model), model, draws=2, tune=0)
+    assert np.all(np.asarray(exact.sample_stats["gradient_noise"]) == 0.0)
+    assert not np.asarray(exact.sample_stats["control_variate"]).any()
+    for options in ({"batch_size": 50, "replace": True}, {"batch_size": 49}):
+        noisy = run(sampler(model=model, **options), model, draws=2, tune=0)
+        assert np.all(np.asarray(noisy.sample_stats["gradient_noise"]) > 0.0), options
+
+
 def test_warning_when_the_budget_forces_tiny_steps(large_logistic, caplog):
     model = large_logistic.model
     with caplog.at_level(logging.WARNING, logger="pymc"):
@@ -304,15 +316,15 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
 
 
 def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
-    """Full-data gradients on the non-centred radon-like model: a travel window at a bias
-    budget of 1 takes steps near the edge of stability, and one of them diverges. The chain
-    goes back to its last draw and travels on at a quarter of the budget, instead of
-    stopping where it diverged for the rest of the run.
+    """Batches of N rows drawn with replacement on the non-centred radon-like model: a travel
+    window at a bias budget of 1 takes steps near the edge of stability, and one of them
+    diverges. The chain goes back to its last draw and travels on at a quarter of the
+    budget, instead of stopping where it diverged for the rest of the run.
     """
     model = radon_like(n_rows=1000, n_groups=20, centred=False).model
     with caplog.at_level(logging.INFO, logger="pymc"), model:
         result = pm.sample(
-            step=SGLD(batch_size=1000),
+            step=SGLD(batch_size=1000, replace=True),
             tune=400,
             draws=10,
             chains=2,

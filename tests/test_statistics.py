@@ -175,6 +175,30 @@ def test_given_step_size_inflates_as_predicted(gaussian, step_size, bounds):
     assert_matches(comparison, "SGLD given step size", expected, expected_se)
 
 
+def test_batches_of_every_row_leave_the_budget_to_the_discretisation():
+    """A batch of all N rows drawn without replacement is the full-data gradient.
+
+    No gradient noise is measured, the cheaper plain estimator is chosen, and
+    SGLD spends the whole budget on its discretisation: the draws' variance is
+    inflated by the budget. Noise measured as for rows drawn with replacement
+    (which leave about a third of the rows out of each batch at N / B = 1)
+    would take smaller steps and inflate the variance by less.
+    """
+    known = correlated_regression(n_rows=50, correlation=0.0)
+    budget = 0.3
+
+    def step():
+        return SGLD(batch_size=50, bias_budget=budget)
+
+    result = sample(known.model, step, draws=2500, seed=14)
+    stats = result.sample_stats
+    np.testing.assert_array_equal(np.asarray(stats["gradient_noise"]), 0.0)
+    assert not np.asarray(stats["control_variate"]).any()
+    np.testing.assert_allclose(np.asarray(stats["predicted_inflation"]), budget, rtol=1e-6)
+    comparison = compare(result.posterior, known.means, known.sds)
+    assert_matches(comparison, "SGLD full batches", np.sqrt(1 + budget))
+
+
 @pytest.fixture(scope="module")
 def regression():
     return normal_inverse_gamma_regression(n_rows=2000)

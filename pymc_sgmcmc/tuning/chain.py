@@ -125,6 +125,9 @@ class ChainAdapter:
         The adaptation's constants.
     batch_size : int
         Rows per minibatch.
+    full_batches : bool
+        Whether every minibatch holds all N rows (a batch size of N without
+        replacement): the gradient estimates are then exact.
     measures : bool
         Whether chains measure the posterior (otherwise every setting was given).
     other_blocks : bool
@@ -139,6 +142,7 @@ class ChainAdapter:
         choices: UserChoices,
         tuning: TuningConfig,
         batch_size: int,
+        full_batches: bool,
         measures: bool,
         other_blocks: bool,
     ):
@@ -148,6 +152,7 @@ class ChainAdapter:
         self.choices = choices
         self.tuning = tuning
         self.batch_size = batch_size
+        self.full_batches = full_batches
         self.measures = measures
         self.other_blocks = other_blocks
         # Tune draws refine the settings only where the tuner chose the metric;
@@ -184,7 +189,13 @@ class ChainAdapter:
                 )
             origin = self.dispersed_start(position, rng) if start else position
             measurements = measure(
-                self.probe, self.batch_size, rng, origin, self.choices.estimators, self.tuning
+                self.probe,
+                self.batch_size,
+                rng,
+                origin,
+                self.choices.estimators,
+                self.tuning,
+                self.full_batches,
             )
             chain.settings = choose_settings(
                 self.dynamics, measurements, self.choices, self.tuning, self.name

@@ -70,6 +70,9 @@ class Measurements:
         Whether the search found no mode, so that ``mode`` is where it
         started and the picture is the one there (see :func:`measure`),
         until the chain's draws replace it.
+    full_batches : bool
+        Whether every minibatch the chain draws holds all N rows (a batch size
+        of N without replacement), so that its gradient estimates are exact.
     """
 
     mode: np.ndarray
@@ -85,6 +88,7 @@ class Measurements:
     noise_samples: int = 0
     tempering_sensitivity: float = 0.0
     at_start: bool = False
+    full_batches: bool = False
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.
@@ -150,7 +154,9 @@ def _as_factor(factor) -> np.ndarray:
     return np.diag(np.sqrt(factor)) if factor.ndim == 1 else factor
 
 
-def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Centre, config):
+def measure_noise(
+    probe: Probe, points, batch_size, rng, estimators, centre: Centre, config, full_batches=False
+):
     """Return each estimator's gradient-noise covariance, averaged over ``points``.
 
     At each point, ``config.noise_batches`` minibatches drawn with
@@ -158,13 +164,18 @@ def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Cen
     same rows); the sample covariance of each half of them is the noise
     covariance there. Returns, per estimator, the two halves' covariances
     averaged over the points (see :meth:`Measurements.noise` for why two).
+    With ``full_batches`` (every batch the chain draws holds all N rows, see
+    :class:`Measurements`) the estimates are the full-data gradient, and the
+    noise is zero without measuring it.
     """
-    stream = IndexStream(probe.n_rows, batch_size, replace=True)
-    centre_inputs = centre.inputs()
     size = len(points[0])
-    half = config.noise_batches // 2
     estimators = list(estimators)
     result = {name: np.zeros((2, size, size)) for name in estimators}
+    if full_batches:
+        return result
+    stream = IndexStream(probe.n_rows, batch_size, replace=True)
+    centre_inputs = centre.inputs()
+    half = config.noise_batches // 2
     for point in points:
         # batches x estimators x coordinates
         gradients = np.asarray(
@@ -180,7 +191,9 @@ def measure_noise(probe: Probe, points, batch_size, rng, estimators, centre: Cen
     return result
 
 
-def noise_at_draws(probe: Probe, draws, batch_size, rng, estimators, centre: Centre, config):
+def noise_at_draws(
+    probe: Probe, draws, batch_size, rng, estimators, centre: Centre, config, full_batches=False
+):
     """Measure the gradient noise at up to ``config.noise_points`` of ``draws``, evenly spread.
 
     Returns the :class:`Measurements` fields (see :func:`noise_fields`).
@@ -192,7 +205,9 @@ def noise_at_draws(probe: Probe, draws, batch_size, rng, estimators, centre: Cen
         some of the points).
     """
     chosen = np.linspace(0, len(draws) - 1, min(config.noise_points, len(draws))).astype(int)
-    halves = measure_noise(probe, draws[chosen], batch_size, rng, estimators, centre, config)
+    halves = measure_noise(
+        probe, draws[chosen], batch_size, rng, estimators, centre, config, full_batches
+    )
     if not all(np.all(np.isfinite(pair)) for pair in halves.values()):
         raise RuntimeError(
             "The gradient noise measured around the chain's position is not finite (the "
@@ -219,6 +234,7 @@ def measure(
     position,
     estimators=("minibatch",),
     config: TuningConfig | None = None,
+    full_batches: bool = False,
 ) -> Measurements:
     """Find the mode and measure scale, curvatures and gradient noise around it.
 
@@ -237,6 +253,9 @@ def measure(
         Gradient estimators whose noise to measure.
     config : TuningConfig, optional
         The constants.
+    full_batches : bool
+        Whether every minibatch the chain will draw holds all N rows (see
+        :class:`Measurements`).
 
     Returns
     -------
@@ -253,12 +272,23 @@ def measure(
             "without adaptation, or start from a better initial point (initvals=...)."
         )
     if not distance <= config.mode_distance:
-        return _measure_at_start(probe, position, batch_size, rng, estimators, config)
+        return _measure_at_start(probe, position, batch_size, rng, estimators, config, full_batches)
     centre = probe.centre(mode, likelihood_gradient)
-    return _around(probe, mode, centre, hessian, batch_size, rng, estimators, config)
+    return _around(probe, mode, centre, hessian, batch_size, rng, estimators, config, full_batches)
 
 
-def _around(probe, point, centre, hessian, batch_size, rng, estimators, config, at_start=False):
+def _around(
+    probe,
+    point,
+    centre,
+    hessian,
+    batch_size,
+    rng,
+    estimators,
+    config,
+    full_batches,
+    at_start=False,
+):
     """Return the Laplace picture of ``hessian`` at ``point`` and the noise at its draws."""
     log_concave, variance, factor = laplace(hessian)
     points = point + (factor @ rng.standard_normal((point.size, config.noise_points))).T
@@ -271,11 +301,12 @@ def _around(probe, point, centre, hessian, batch_size, rng, estimators, config, 
         factor,
         batch_size=batch_size,
         at_start=at_start,
-        **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config),
+        full_batches=full_batches,
+        **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config, full_batches),
     )
 
 
-def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, config):
+def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, config, full_batches):
     """Return measurements taken at the search's start, where the posterior has no mode.
 
     The Laplace picture is the one at ``position`` (diagonal where its
@@ -293,7 +324,18 @@ def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, confi
             "initial point is not finite; start from another initial point (initvals=...)."
         )
     centre = probe.centre(position)
-    return _around(probe, position, centre, hessian, batch_size, rng, estimators, config, True)
+    return _around(
+        probe,
+        position,
+        centre,
+        hessian,
+        batch_size,
+        rng,
+        estimators,
+        config,
+        full_batches,
+        at_start=True,
+    )
 
 
 def laplace(hessian):
@@ -327,7 +369,16 @@ def measure_at_draws(
         return measurements
     log_concave, variance, factor = laplace(hessian)
     centre = probe.centre(middle)
-    noise = noise_at_draws(probe, draws, measurements.batch_size, rng, estimators, centre, config)
+    noise = noise_at_draws(
+        probe,
+        draws,
+        measurements.batch_size,
+        rng,
+        estimators,
+        centre,
+        config,
+        measurements.full_batches,
+    )
     return replace(
         measurements,
         mode=middle,

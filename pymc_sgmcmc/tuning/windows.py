@@ -128,7 +128,14 @@ def refine(
     covariance = factor @ whitened @ factor.T
     covariance = 0.5 * (covariance + covariance.T)
     noise = noise_at_draws(
-        probe, draws, measurements.batch_size, rng, estimators, measurements.centre, config
+        probe,
+        draws,
+        measurements.batch_size,
+        rng,
+        estimators,
+        measurements.centre,
+        config,
+        measurements.full_batches,
     )
     return replace(
         measurements,
