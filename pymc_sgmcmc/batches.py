@@ -38,6 +38,11 @@ class IndexStream:
         self.replace = bool(replace)
         self.reset()
 
+    @property
+    def full(self) -> bool:
+        """Whether every batch holds all N rows: the full data, without replacement."""
+        return self.batch_size == self.n_rows and not self.replace
+
     def reset(self) -> None:
         """Forget the current epoch (called at the start of every chain)."""
         self._epoch = np.empty(0, dtype=np.int64)

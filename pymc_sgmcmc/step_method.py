@@ -310,7 +310,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.choices,
             self.tuning,
             self.batch_size,
-            self.batch_size == density.n_rows and not self._batches.replace,
+            self._batches.full,
             self.measures,
             bool(self.density.other_blocks),
         )

@@ -25,6 +25,7 @@ __all__ = [
     "measure",
     "measure_at_draws",
     "measure_noise",
+    "noise_again",
     "noise_at_draws",
     "noise_fields",
 ]
@@ -218,6 +219,26 @@ def noise_at_draws(
     return noise_fields(halves, len(chosen), config)
 
 
+def noise_again(
+    measurements: Measurements, probe: Probe, draws, rng, estimators, centre: Centre, config
+) -> dict:
+    """Measure the noise at ``draws`` as :func:`noise_at_draws` does, with the chain's batches.
+
+    The batch size and whether batches hold every row come from ``measurements``;
+    ``centre`` is the control variate's.
+    """
+    return noise_at_draws(
+        probe,
+        draws,
+        measurements.batch_size,
+        rng,
+        estimators,
+        centre,
+        config,
+        measurements.full_batches,
+    )
+
+
 def noise_fields(halves: dict, n_points: int, config: TuningConfig) -> dict:
     """Return the :class:`Measurements` fields holding what :func:`measure_noise` returned."""
     return {
@@ -369,16 +390,7 @@ def measure_at_draws(
         return measurements
     log_concave, variance, factor = laplace(hessian)
     centre = probe.centre(middle)
-    noise = noise_at_draws(
-        probe,
-        draws,
-        measurements.batch_size,
-        rng,
-        estimators,
-        centre,
-        config,
-        measurements.full_batches,
-    )
+    noise = noise_again(measurements, probe, draws, rng, estimators, centre, config)
     return replace(
         measurements,
         mode=middle,

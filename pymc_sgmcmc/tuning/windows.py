@@ -28,7 +28,7 @@ import numpy as np
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.metric import Metric
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.measure import Measurements, noise_at_draws
+from pymc_sgmcmc.tuning.measure import Measurements, noise_again
 
 __all__ = ["WindowCheck", "check_window", "independent_draws", "refine"]
 
@@ -127,16 +127,7 @@ def refine(
     whitened = (check.eigenvectors * variances) @ check.eigenvectors.T
     covariance = factor @ whitened @ factor.T
     covariance = 0.5 * (covariance + covariance.T)
-    noise = noise_at_draws(
-        probe,
-        draws,
-        measurements.batch_size,
-        rng,
-        estimators,
-        measurements.centre,
-        config,
-        measurements.full_batches,
-    )
+    noise = noise_again(measurements, probe, draws, rng, estimators, measurements.centre, config)
     return replace(
         measurements,
         laplace_variance=np.diag(covariance).copy(),
