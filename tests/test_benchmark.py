@@ -56,6 +56,7 @@ def test_unknown_sampler_is_refused():
         run_benchmark(grid=[400], samplers=["hmc"])
 
 
+@pytest.mark.once
 def test_notebook_runs_on_a_tiny_grid(monkeypatch):
     monkeypatch.setenv("SGMCMC_NOTEBOOK_GRID", "500 2000")
     # One sampler of each kind: NUTS, the package's, and the two peers.

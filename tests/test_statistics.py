@@ -391,6 +391,7 @@ def test_defaults_match_nuts_on_logistic_regression(logistic, sampler):
 SHARED = ("mu", "tau", "beta", "sigma")
 
 
+@pytest.mark.once
 def test_defaults_travel_from_a_non_centred_joint_mode():
     """The chains travel during tune from the joint mode to the posterior's mass.
 
