@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["IndexStream"]
+__all__ = ["COMPACT_ROWS", "IndexStream"]
+
+#: From this many rows on, an epoch's permutation is held as 32-bit integers
+#: (half the memory: 400 MB instead of 800 MB at N = 10^8).
+COMPACT_ROWS = 2**24
 
 
 class IndexStream:
@@ -14,7 +18,8 @@ class IndexStream:
     epoch is a fresh random permutation, read ``batch_size`` rows at a time,
     and a batch that reaches the end of an epoch continues into the next.
     Every row then enters the same number of batches up to one, and each
-    batch is a uniform draw, so the minibatch estimate stays unbiased.
+    batch is a uniform draw, so the minibatch estimate stays unbiased. The
+    stream holds one epoch (N integers) at a time.
 
     Parameters
     ----------
@@ -59,12 +64,26 @@ class IndexStream:
         start = self._offset
         if start + size <= len(self._epoch):
             self._offset = start + size
-            return self._epoch[start : start + size].reshape(n_batches, self.batch_size)
-        pieces = [self._epoch[start:]]
-        available = len(pieces[0])
-        while available < size:
-            pieces.append(rng.permutation(self.n_rows).astype(np.int64, copy=False))
-            available += self.n_rows
-        self._epoch = np.concatenate(pieces)
-        self._offset = size
-        return self._epoch[:size].reshape(n_batches, self.batch_size)
+            batch = self._epoch[start : start + size]
+        else:
+            # The rest of the epoch is copied so that the epoch itself is freed
+            # before the next one is drawn (N integers each).
+            pieces = [self._epoch[start:].copy()]
+            self._epoch = pieces[0][:0]
+            available = len(pieces[0])
+            while available < size:
+                pieces.append(self._permutation(rng))
+                available += self.n_rows
+            # The batch ends inside the last epoch, which the stream keeps.
+            self._epoch = pieces[-1]
+            self._offset = size - (available - self.n_rows)
+            batch = np.concatenate([*pieces[:-1], self._epoch[: self._offset]])
+        return batch.astype(np.int64, copy=False).reshape(n_batches, self.batch_size)
+
+    def _permutation(self, rng: np.random.Generator) -> np.ndarray:
+        """Return a new epoch: the permutation ``rng.permutation(N)`` would give."""
+        if self.n_rows < COMPACT_ROWS:
+            return rng.permutation(self.n_rows)
+        epoch = np.arange(self.n_rows, dtype=np.int32)
+        rng.shuffle(epoch)
+        return epoch

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pymc_sgmcmc import ConstantStepSize, PolynomialDecay
+from pymc_sgmcmc import ConstantStepSize, PolynomialDecay, batches
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.schedules import as_schedule
 
@@ -32,6 +32,34 @@ def test_reset_starts_a_new_epoch_and_streams_follow_the_generator():
     stream.reset()
     c = stream.draw(np.random.default_rng(6), 4)
     assert not np.array_equal(a, c)
+
+
+def _stream_of(n_rows, batch_size, seed, counts):
+    stream = IndexStream(n_rows=n_rows, batch_size=batch_size)
+    rng = np.random.default_rng(seed)
+    return np.concatenate([stream.draw(rng, count).ravel() for count in counts])
+
+
+def test_the_stream_is_a_sequence_of_the_generators_permutations():
+    """Batches of any sizes read ``rng.permutation(N)`` after ``rng.permutation(N)``."""
+    counts = [1, 3, 2, 7, 1, 5]
+    drawn = _stream_of(11, 3, 2, counts)
+    rng = np.random.default_rng(2)
+    epochs = np.concatenate([rng.permutation(11) for _ in range(len(drawn) // 11 + 1)])
+    np.testing.assert_array_equal(drawn, epochs[: len(drawn)])
+    assert drawn.dtype == np.int64
+
+
+def test_compact_epochs_of_many_rows_give_the_same_batches(monkeypatch):
+    counts = [1, 3, 2, 7, 1, 5]
+    expected = _stream_of(11, 3, 2, counts)
+    monkeypatch.setattr(batches, "COMPACT_ROWS", 5)
+    stream = IndexStream(n_rows=11, batch_size=3)
+    rng = np.random.default_rng(2)
+    assert stream._permutation(np.random.default_rng(0)).dtype == np.int32
+    drawn = np.concatenate([stream.draw(rng, count).ravel() for count in counts])
+    np.testing.assert_array_equal(drawn, expected)
+    assert drawn.dtype == np.int64
 
 
 def test_with_replacement_draws_independent_batches():
