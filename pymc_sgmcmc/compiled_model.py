@@ -7,12 +7,13 @@ import weakref
 
 import numpy as np
 
+from pymc_sgmcmc.disk_rows import PageRelease
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import ESTIMATORS, Probe
 from pymc_sgmcmc.kernel import Kernel
 from pymc_sgmcmc.loop import InterpretedKernel
 from pymc_sgmcmc.metric import METRICS
-from pymc_sgmcmc.minibatch import MinibatchLogDensity, build_minibatch_log_density
+from pymc_sgmcmc.minibatch import MinibatchLogDensity, build_minibatch_log_density, with_data
 
 __all__ = ["CompiledModel", "compiled_model"]
 
@@ -57,6 +58,8 @@ class CompiledModel:
         self.compile_kwargs = dict(compile_kwargs or {})
         self.probe_kwargs = dict(self.compile_kwargs if probe_kwargs is None else probe_kwargs)
         self.chunk_rows = int(chunk_rows)
+        #: Releases the pages of data read from memory-mapped files.
+        self.pages = PageRelease([data.get_value(borrow=True) for data in density.data])
         self._probe = None
         self._kernels = {}
         self._interpreted = {}
@@ -156,6 +159,7 @@ def compiled_model(
     compile_kwargs: dict,
     chunk_rows: int,
     probe_kwargs: dict,
+    data: dict | None = None,
 ) -> CompiledModel:
     """Return the compiled model of ``value_variables``, reused from an earlier step if possible.
 
@@ -166,16 +170,22 @@ def compiled_model(
     once per step object. The compiled functions read the data's current
     values, so ``pm.set_data`` with data of the same shape keeps them valid;
     any change of structure compiles anew. A compound step's block, whose
-    other variables are shared variables of its own, is always built anew.
+    other variables are shared variables of its own, is always built anew,
+    and so is one given ``data``: arrays (in memory or memory-mapped files)
+    that stand for the model's ``pm.Data`` of the same names
+    (:func:`pymc_sgmcmc.minibatch.with_data`).
     """
     options = (_options_key(compile_kwargs), _options_key(probe_kwargs))
-    cacheable = not shared and None not in options
+    cacheable = not shared and not data and None not in options
     if cacheable:
         key = (_model_structure(model, value_variables, initial_point), *options, chunk_rows)
         compiled = _COMPILED.get(model, {}).get(key)
         if compiled is not None:
             return compiled
     density = build_minibatch_log_density(model, value_variables, shared)
+    if data:
+        containers = {variable.name: variable for variable in model.data_vars}
+        density = with_data(density, dict(data), containers)
     compiled = CompiledModel(density, compile_kwargs, chunk_rows, probe_kwargs)
     if cacheable:
         _COMPILED.setdefault(model, {})[key] = compiled

@@ -37,6 +37,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.direct import direct_call
+from pymc_sgmcmc.disk_rows import PageRelease
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = [
@@ -155,6 +156,7 @@ class Probe:
             **self._compile_kwargs,
         )
         self._terms = direct_call(terms, 2)
+        self._pages = PageRelease([data.get_value(borrow=True) for data in density.data])
         self._estimators = {}
         # The terms take no other blocks' values, so only without other
         # step methods can they give the control variate's centre term.
@@ -165,8 +167,11 @@ class Probe:
         # methods for chain processes it does not fork): compile again.
         return (Probe, (self.density, self._compile_kwargs, self.chunk_rows))
 
-    def terms(self, position, indices):
+    def terms(self, position, indices, contiguous: bool = False):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
+
+        ``contiguous`` says that the rows are a run of consecutive rows, for
+        the count of pages read from data on disk (:mod:`pymc_sgmcmc.disk_rows`).
 
         Where the model's parameter checks fail (e.g. a probability computed
         as NaN far from the mode) the log density is -inf and the gradients
@@ -175,6 +180,7 @@ class Probe:
         # The compiled functions trust their inputs: a strided or differently
         # typed array would make Numba compile the whole function again.
         position = np.ascontiguousarray(position, dtype=self._position_dtype)
+        self._pages.read(len(indices), contiguous)
         try:
             return tuple(self._terms(position, np.ascontiguousarray(indices, dtype=np.int64)))
         except ParameterValueError:
@@ -202,6 +208,7 @@ class Probe:
             types = {name: variable.type for name, variable in symbolic.inputs.items()}
             self._estimators[estimator] = (direct_call(function, 2 + len(types)), types)
         function, types = self._estimators[estimator]
+        self._pages.read(len(indices))
         values = [np.asarray(inputs[name], dtype=kind.dtype) for name, kind in types.items()]
         (estimate,) = function(
             np.ascontiguousarray(position, dtype=self._position_dtype),
@@ -271,7 +278,7 @@ class Probe:
         total, gradient = 0.0, np.zeros_like(position)
         for start in range(0, self.n_rows, self.chunk_rows):
             rows = np.arange(start, min(start + self.chunk_rows, self.n_rows))
-            _, _, value, chunk_gradient = self.terms(position, rows)
+            _, _, value, chunk_gradient = self.terms(position, rows, contiguous=True)
             weight = len(rows) / self.n_rows
             total += weight * value
             gradient += weight * chunk_gradient

@@ -19,7 +19,7 @@ itself is never modified.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pymc as pm
 import pytensor
@@ -28,11 +28,13 @@ from pymc.pytensorf import join_nonshared_inputs
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.shape import SpecifyShape
 
+from pymc_sgmcmc.disk_rows import prepare_rows
 from pymc_sgmcmc.rows import (
     _SHAPE_MODE,
     MinibatchError,
@@ -43,7 +45,7 @@ from pymc_sgmcmc.rows import (
     rows_of_observed,
 )
 
-__all__ = ["MinibatchError", "MinibatchLogDensity", "build_minibatch_log_density"]
+__all__ = ["MinibatchError", "MinibatchLogDensity", "build_minibatch_log_density", "with_data"]
 
 
 @dataclass(frozen=True)
@@ -234,4 +236,85 @@ def build_minibatch_log_density(
         n_rows,
         tuple((shared or {}).values()),
         tuple(gather.owner.inputs[0] for gather in replacements.values()),
+    )
+
+
+def with_data(density: MinibatchLogDensity, arrays: dict, containers: dict) -> MinibatchLogDensity:
+    """Return ``density`` reading ``arrays`` where it read the model's ``pm.Data``.
+
+    The graphs gather their rows from new shared variables holding the given
+    arrays, and N is their number of rows; the model's containers keep their
+    values.
+
+    Parameters
+    ----------
+    density : MinibatchLogDensity
+        The density built from the model (with a subset of the rows).
+    arrays : dict
+        The full arrays by container name (see :func:`~pymc_sgmcmc.disk_rows.prepare_rows`).
+    containers : dict
+        The model's ``pm.Data`` by name.
+
+    Raises
+    ------
+    MinibatchError
+        If ``arrays`` leaves out an array the likelihood reads by row, names
+        one it does not, or gives arrays of different lengths.
+    """
+    rows = {variable.name: variable for variable in density.data}
+    loose = sorted(name for name in rows if containers.get(name) is not rows[name])
+    if loose:
+        raise MinibatchError(
+            f"data= replaces the model's pm.Data, but the likelihood reads "
+            f"{', '.join(map(repr, loose))} by row from an array given directly: hold it in "
+            "pm.Data (with a subset of the rows) and give the full array in data=."
+        )
+    unknown = sorted(set(arrays) - set(rows))
+    if unknown:
+        raise MinibatchError(
+            f"data= names {', '.join(map(repr, unknown))}, which the likelihood does not read "
+            f"by row; it reads {', '.join(map(repr, sorted(rows)))}."
+        )
+    missing = sorted(set(rows) - set(arrays))
+    if missing:
+        raise MinibatchError(
+            "data= must give every array the likelihood reads by row: add "
+            f"{', '.join(map(repr, missing))}."
+        )
+    replacements = {}
+    for name, old in rows.items():
+        array = prepare_rows(name, arrays[name], old.get_value(borrow=True))
+        new = pytensor.shared(array, name=name, shape=(None, *old.type.shape[1:]), borrow=True)
+        # The shared value is a plain view of a mapped file, which would pickle
+        # the file's contents; the file itself pickles as its name.
+        new.container.storage[0] = array
+        replacements[old] = new
+    lengths = {
+        name: len(new.get_value(borrow=True))
+        for name, new in zip(rows, replacements.values(), strict=True)
+    }
+    if len(set(lengths.values())) > 1:
+        raise MinibatchError(
+            "data= arrays must have the same number of rows, got "
+            + ", ".join(f"{name}: {length}" for name, length in lengths.items())
+            + "."
+        )
+    outputs = graph_replace(
+        [
+            density.log_prior,
+            density.log_likelihood,
+            density.prior_gradient,
+            density.likelihood_gradient,
+        ],
+        replacements,
+        strict=False,
+    )
+    return replace(
+        density,
+        log_prior=outputs[0],
+        log_likelihood=outputs[1],
+        prior_gradient=outputs[2],
+        likelihood_gradient=outputs[3],
+        n_rows=next(iter(lengths.values())),
+        data=tuple(replacements.values()),
     )

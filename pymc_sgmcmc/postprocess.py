@@ -38,7 +38,7 @@ import xarray as xr
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.graph.replace import graph_replace
 
-from pymc_sgmcmc.minibatch import build_minibatch_log_density
+from pymc_sgmcmc.minibatch import build_minibatch_log_density, with_data
 from pymc_sgmcmc.step_method import PROBE_MODE
 
 __all__ = [
@@ -234,10 +234,16 @@ def _forward_function(model: pm.Model):
     return free, function
 
 
-def _score_function(model: pm.Model, continuous, batch_size: int | None):
+#: Rows per chunk of a full-data score over data given to ``data=``.
+_CHUNK_ROWS = 50_000
+
+
+def _score_function(model: pm.Model, continuous, batch_size: int | None, data=None):
     """Compile the score of the continuous value variables; return it, its shared inputs, N."""
     point = model.initial_point()
     shared = make_shared_replacements(point, continuous, model)
+    if data is not None:
+        return _score_on_data(model, continuous, shared, batch_size, data)
     if batch_size is None:
         [log_density], position = join_nonshared_inputs(
             point, [model.logp(jacobian=True)], continuous, shared
@@ -246,19 +252,53 @@ def _score_function(model: pm.Model, continuous, batch_size: int | None):
         function = pytensor.function([position], gradient, mode=PROBE_MODE)
         return function, shared, None
     density = build_minibatch_log_density(model, continuous, shared)
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int | np.integer)
-        or not 1 <= batch_size <= density.n_rows
-    ):
-        raise ValueError(
-            f"batch_size must be an integer between 1 and the {density.n_rows} rows, "
-            f"got {batch_size!r}."
-        )
+    _check_batch_size(batch_size, density.n_rows)
     function = pytensor.function(
         [density.position, density.indices], density.gradient, mode=PROBE_MODE
     )
     return function, shared, density.n_rows
+
+
+def _score_on_data(model, continuous, shared, batch_size, data):
+    """Return the score over ``data`` (arrays standing for the model's ``pm.Data``).
+
+    With ``batch_size`` the minibatch estimate, as from the model's own data;
+    otherwise the full-data score, summed over chunks of rows.
+    """
+    containers = {variable.name: variable for variable in model.data_vars}
+    density = with_data(build_minibatch_log_density(model, continuous, shared), data, containers)
+    n_rows = density.n_rows
+    if batch_size is not None:
+        _check_batch_size(batch_size, n_rows)
+        function = pytensor.function(
+            [density.position, density.indices], density.gradient, mode=PROBE_MODE
+        )
+        return function, shared, n_rows
+    terms = pytensor.function(
+        [density.position, density.indices],
+        [density.prior_gradient, density.likelihood_gradient],
+        mode=PROBE_MODE,
+    )
+
+    def score(position):
+        gradient = terms(position, np.arange(1))[0]
+        for start in range(0, n_rows, _CHUNK_ROWS):
+            rows = np.arange(start, min(start + _CHUNK_ROWS, n_rows))
+            gradient = gradient + len(rows) / n_rows * terms(position, rows)[1]
+        return gradient
+
+    return score, shared, None
+
+
+def _check_batch_size(batch_size, n_rows: int) -> None:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int | np.integer)
+        or not 1 <= batch_size <= n_rows
+    ):
+        raise ValueError(
+            f"batch_size must be an integer between 1 and the {n_rows} rows, got {batch_size!r}."
+        )
 
 
 def unconstrained_draws(
@@ -266,6 +306,7 @@ def unconstrained_draws(
     model: pm.Model | None = None,
     batch_size: int | None = None,
     random_seed=None,
+    data: dict | None = None,
 ) -> UnconstrainedDraws:
     r"""Map the draws of a trace to the unconstrained space and evaluate the score there.
 
@@ -295,6 +336,9 @@ def unconstrained_draws(
         O(N D). The full-data gradient by default.
     random_seed : int or numpy.random.Generator, optional
         Seeds the minibatches.
+    data : dict, optional
+        The full data the step method was given (``data=``) where the model
+        holds a subset of the rows; the score is then taken over it.
 
     Returns
     -------
@@ -316,7 +360,7 @@ def unconstrained_draws(
         raise ValueError(f"The trace has no draws of the free variables {missing}.")
 
     free, forward = _forward_function(model)
-    score, shared, n_rows = _score_function(model, continuous, batch_size)
+    score, shared, n_rows = _score_function(model, continuous, batch_size, data)
     values_to_rvs = {value: rv for rv, value in model.rvs_to_values.items()}
     value_index = {model.rvs_to_values[rv]: i for i, rv in enumerate(free)}
     draws = [np.asarray(posterior[rv.name].transpose(*SAMPLE_DIMS, ...)) for rv in free]
@@ -381,6 +425,7 @@ def zero_variance_mean(
     batch_size: int | None = None,
     per_chain: bool = False,
     random_seed=None,
+    data: dict | None = None,
 ) -> xr.Dataset:
     r"""Posterior means with first-order zero-variance control variates.
 
@@ -431,6 +476,9 @@ def zero_variance_mean(
         chains are pooled into one fit and one mean.
     random_seed : int or numpy.random.Generator, optional
         Seeds the minibatches.
+    data : dict, optional
+        As for :func:`unconstrained_draws`: the full data where the model
+        holds a subset of the rows.
 
     Returns
     -------
@@ -450,7 +498,7 @@ def zero_variance_mean(
     coordinates of the score and P estimated quantities.
     """
     posterior = _select(trace_group(trace, "posterior"), var_names)
-    draws = unconstrained_draws(trace, model, batch_size, random_seed)
+    draws = unconstrained_draws(trace, model, batch_size, random_seed, data)
     scores = draws.scores
     n_chains, n_draws, size = scores.shape
     if per_chain:

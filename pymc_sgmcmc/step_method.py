@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -58,6 +59,18 @@ BASE_STATS = {
     "gradient_clipped": (np.float64, []),
     "warning": (SamplerWarning, None),
 }
+
+
+def _check_data_argument(data) -> dict | None:
+    """Return ``data`` as a dict of arrays by name, or None."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or not all(isinstance(name, str) for name in data):
+        raise TypeError(
+            "data must be a dict from the names of the model's pm.Data to arrays, "
+            f"got {type(data).__name__}."
+        )
+    return dict(data)
 
 
 def _positive_integer(name: str, value) -> int:
@@ -154,6 +167,14 @@ class StochasticGradientStep(ArrayStepShared):
         ``"JAX"`` to run the kernels with JAX, on a GPU where JAX has one),
         and the tuning functions' backend (:data:`PROBE_MODE`) unless it
         names one other than ``"JAX"``.
+    data : dict, optional
+        The full data, by the names of the model's ``pm.Data``, where the
+        model holds a subset of the rows (data too large for memory): NumPy
+        arrays, or memory-mapped ``.npy`` files
+        (``np.load(path, mmap_mode="r")``), read in place. Every array the
+        likelihood reads by row must be given. The model keeps its values
+        (NUTS and PyMC's checks run on the subset); see
+        :mod:`pymc_sgmcmc.disk_rows`.
     blocked, rng
         As for every PyMC step method.
     **options
@@ -216,6 +237,7 @@ class StochasticGradientStep(ArrayStepShared):
         model=None,
         initial_point=None,
         compile_kwargs: dict | None = None,
+        data: dict | None = None,
         blocked: bool = True,
         rng=None,
         **options,
@@ -266,6 +288,7 @@ class StochasticGradientStep(ArrayStepShared):
             compile_kwargs,
             self.tuning.chunk_rows,
             probe_kwargs,
+            _check_data_argument(data),
         )
         density = self.compiled.density
         if batch_size is None:
@@ -518,6 +541,7 @@ class StochasticGradientStep(ArrayStepShared):
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
         state = {**chain.state, "position": self._coordinates(settings.metric, position)}
+        self.compiled.pages.read(indices.size)
         with interrupts_held:
             result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
         chain.state = result.state

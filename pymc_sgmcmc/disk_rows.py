@@ -1,0 +1,167 @@
+"""Data given to a step method in place of the model's: in memory or on disk.
+
+A model written for data too large for memory holds a subset of its rows in
+``pm.Data`` (so that NUTS, prior predictive checks and PyMC's own checks run
+on it), and the step method is given the full arrays by the containers'
+names, ``SGHMC(data={"X": np.load("X.npy", mmap_mode="r"), ...})``. Only the
+step method's compiled functions read them; the model is not changed.
+
+A memory-mapped ``.npy`` file is read in place: a minibatch gathers its rows
+from the file, and a full-data pass reads it chunk by chunk
+(:meth:`pymc_sgmcmc.estimators.Probe.full`). The pages read stay in the
+operating system's file cache, shared and reclaimable, and are released from
+the process every :data:`RELEASE_PAGES` pages read (64 MiB), so its resident
+memory is bounded by that, not by N. Minibatch rows are drawn as for data in memory:
+each epoch is a uniform random permutation of all N rows, read ``batch_size``
+rows per step, so every row is visited once per epoch; reading them is random
+access into the file.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+__all__ = ["PAGE_BYTES", "RELEASE_PAGES", "DiskRows", "PageRelease", "prepare_rows"]
+
+#: Pages of memory-mapped files read between two releases: at most 64 MiB
+#: resident. A row read alone occupies a page of each file (4 KiB) until
+#: released; rows read in one run, as a full-data pass reads them, share pages.
+RELEASE_PAGES = 16_384
+
+#: Bytes per page of memory.
+PAGE_BYTES = mmap.PAGESIZE
+
+
+class DiskRows(np.memmap):
+    """A read-only ``.npy`` file mapped copy-on-write, which pickles as its file name.
+
+    Copy-on-write keeps the array writeable in NumPy's eyes (it is never
+    written), so compiled code takes it with the same type as data in memory
+    and is not compiled again for a read-only one; pickling it (for chain
+    processes that PyMC does not fork) maps the file again instead of copying
+    its contents.
+    """
+
+    def __reduce__(self):
+        return (_map, (self.filename, self.dtype.str, self.shape, self.offset))
+
+
+def _map(filename, dtype, shape, offset) -> DiskRows:
+    return DiskRows(filename, dtype=np.dtype(dtype), mode="c", shape=shape, offset=offset)
+
+
+def prepare_rows(name: str, array, model_value: np.ndarray) -> np.ndarray:
+    """Return ``array`` ready to stand for the model's ``pm.Data`` ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The container's name, for the messages.
+    array : numpy.ndarray or numpy.memmap
+        The full data: an array in memory or a memory-mapped ``.npy`` file as
+        :func:`numpy.load` returns it with ``mmap_mode``.
+    model_value : numpy.ndarray
+        The container's value in the model (a subset of the rows).
+
+    Raises
+    ------
+    TypeError
+        If ``array`` is not a NumPy array.
+    ValueError
+        If its dtype, trailing shape or memory layout differ from what the
+        model's compiled functions take. An array in memory of another dtype
+        is converted where that keeps its values (integers of another width);
+        a memory-mapped file must be stored with the container's dtype.
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(
+            f"data['{name}'] must be a NumPy array or a memory-mapped .npy file "
+            f"(np.load(path, mmap_mode='r')), got {type(array).__name__}."
+        )
+    if array.dtype != model_value.dtype:
+        converted = None
+        if not isinstance(array, np.memmap) and np.can_cast(
+            array.dtype, model_value.dtype, casting="same_kind"
+        ):
+            converted = array.astype(model_value.dtype)
+        if converted is None or not np.array_equal(converted, array):
+            raise ValueError(
+                f"data['{name}'] has dtype {array.dtype} but the model's pm.Data '{name}' has "
+                f"{model_value.dtype} (PyMC's choice for such data): store the array as "
+                f"{model_value.dtype}."
+            )
+        array = converted
+    if array.ndim != model_value.ndim or array.shape[1:] != model_value.shape[1:]:
+        raise ValueError(
+            f"data['{name}'] has shape {array.shape} but the model's pm.Data '{name}' has "
+            f"{model_value.shape}: rows may differ in number, not in shape."
+        )
+    if not array.flags.c_contiguous:
+        raise ValueError(
+            f"data['{name}'] is not stored in C order: save it with "
+            "np.save(path, np.ascontiguousarray(array))."
+        )
+    if isinstance(array, np.memmap):
+        if not isinstance(array.base, mmap.mmap):
+            raise ValueError(
+                f"data['{name}'] is a view of a memory-mapped file: give the file as "
+                "np.load(path, mmap_mode='r') returns it, and its rows in the model as a subset."
+            )
+        return _map(array.filename, array.dtype.str, array.shape, array.offset)
+    if not array.flags.writeable:
+        return array.copy()
+    return array
+
+
+def _mapped_file(array) -> DiskRows | None:
+    """Return the mapped file ``array`` reads, or None for data in memory."""
+    while isinstance(array, np.ndarray):
+        if isinstance(array, DiskRows):
+            return array
+        array = array.base
+    return None
+
+
+class PageRelease:
+    """Releases the pages of memory-mapped data after every :data:`RELEASE_PAGES` pages read.
+
+    Parameters
+    ----------
+    arrays : sequence of numpy.ndarray
+        The data; those that are not memory-mapped files are left alone.
+    """
+
+    def __init__(self, arrays):
+        self._files = [file for file in map(_mapped_file, arrays) if file is not None]
+        self._row_pages = sum(file.strides[0] for file in self._files) / PAGE_BYTES
+        self._pages = 0.0
+
+    @property
+    def active(self) -> bool:
+        """Whether any of the data is a memory-mapped file."""
+        return bool(self._files)
+
+    def read(self, rows: int, contiguous: bool = False) -> None:
+        """Count the pages of ``rows`` rows read, and release them once enough were.
+
+        Scattered rows (a minibatch) count a page per row and file;
+        ``contiguous`` rows (a chunk of a full pass) the pages they span.
+        """
+        if not self._files:
+            return
+        if contiguous:
+            self._pages += rows * self._row_pages + len(self._files)
+        else:
+            self._pages += rows * len(self._files)
+        if self._pages >= RELEASE_PAGES:
+            self.release()
+
+    def release(self) -> None:
+        """Drop the mapped files' pages from the process (the file cache keeps them)."""
+        self._pages = 0.0
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        for file in self._files:
+            file._mmap.madvise(mmap.MADV_DONTNEED)

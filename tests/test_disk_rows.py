@@ -1,0 +1,233 @@
+"""Data given to the step method in place of the model's: in memory or memory-mapped files."""
+
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.disk_rows import PAGE_BYTES, RELEASE_PAGES, DiskRows, PageRelease
+from pymc_sgmcmc.postprocess import zero_variance_mean
+from pymc_sgmcmc.rows import MinibatchError
+from pymc_sgmcmc.tuning.config import TuningConfig
+
+N_ROWS = 3000
+SUBSET = 200
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A logistic regression's covariates and outcomes saved as ``.npy`` files."""
+    rng = np.random.default_rng(5)
+    covariates = rng.normal(size=(N_ROWS, 3))
+    chance = 1.0 / (1.0 + np.exp(-covariates @ np.array([1.0, -0.5, 0.2])))
+    outcomes = (rng.random(N_ROWS) < chance).astype("int32")
+    where = tmp_path_factory.mktemp("rows")
+    np.save(where / "X.npy", covariates)
+    np.save(where / "y.npy", outcomes)
+    return where, covariates, outcomes
+
+
+def logistic(covariates, outcomes):
+    with pm.Model() as model:
+        rows = pm.Data("X", covariates)
+        observed = pm.Data("y", outcomes)
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Bernoulli("obs", logit_p=rows @ beta, observed=observed)
+    return model
+
+
+def on_disk(where):
+    return {name: np.load(where / f"{name}.npy", mmap_mode="r") for name in ("X", "y")}
+
+
+def sample(model, step, seed=4):
+    with model:
+        result = pm.sample(
+            draws=20,
+            tune=20,
+            chains=1,
+            cores=1,
+            step=step,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    return result.posterior["beta"].values
+
+
+@pytest.mark.parametrize("interpreted_steps", [30_000, 0], ids=["interpreted", "fused"])
+@pytest.mark.parametrize("sampler", [SGLD, SGHMC], ids=["SGLD", "SGHMC"])
+def test_rows_on_disk_give_the_draws_of_the_same_rows_in_memory(files, sampler, interpreted_steps):
+    where, covariates, outcomes = files
+    tuning = TuningConfig(interpreted_steps=interpreted_steps)
+    whole = logistic(covariates, outcomes)
+    expected = sample(whole, sampler(tuning=tuning, model=whole))
+
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    step = sampler(tuning=tuning, model=subset, data=on_disk(where))
+    assert step.density.n_rows == N_ROWS
+    np.testing.assert_array_equal(sample(subset, step), expected)
+    # The model keeps its subset, so NUTS and PyMC's checks still run on it.
+    assert subset["X"].get_value().shape == (SUBSET, 3)
+    assert subset["y"].get_value().shape == (SUBSET,)
+
+
+def test_rows_on_disk_that_differ_give_other_draws(files):
+    """Negative control: the draws read the file, not the model's subset."""
+    where, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    flipped = outcomes.copy()
+    flipped[SUBSET:] = 1 - flipped[SUBSET:]
+    changed = {"X": covariates, "y": flipped}
+    draws = sample(subset, SGLD(model=subset, data=changed))
+    assert not np.array_equal(draws, sample(subset, SGLD(model=subset, data=on_disk(where))))
+
+
+def test_a_step_reading_files_pickles_their_names_not_their_rows(files):
+    where, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    step = SGLD(model=subset, data=on_disk(where))
+    pickled = pickle.dumps(step.compiled.density.data)
+    assert len(pickled) < covariates.nbytes / 10
+    unpickled = pickle.loads(pickled)
+    assert sorted(data.name for data in unpickled) == ["X", "y"]
+    for data in unpickled:
+        value = data.get_value(borrow=True)
+        assert isinstance(value, DiskRows)
+        np.testing.assert_array_equal(value, np.load(where / f"{data.name}.npy"))
+
+
+def _resident_file_pages() -> int:
+    """Bytes of mapped files resident in this process (Linux)."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"RssFile:\s+(\d+) kB", status).group(1)) * 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_released_pages_leave_the_process(tmp_path):
+    rows = np.arange(4_000_000, dtype=np.float64).reshape(-1, 4)  # 128 MB
+    np.save(tmp_path / "rows.npy", rows)
+    (mapped,) = on_disk_arrays([tmp_path / "rows.npy"])
+    release = PageRelease([mapped])
+    assert release.active
+    before = _resident_file_pages()
+    assert mapped[:, 0].sum() == rows[:, 0].sum()  # reads every page
+    read = _resident_file_pages() - before
+    assert read > rows.nbytes / 2
+    release.read(RELEASE_PAGES - 1)
+    assert _resident_file_pages() - before > rows.nbytes / 2
+    release.read(1)
+    assert _resident_file_pages() - before < rows.nbytes / 20
+
+
+def test_rows_read_in_a_run_count_the_pages_they_span(tmp_path):
+    np.save(tmp_path / "rows.npy", np.zeros((1000, 4)))
+    (mapped,) = on_disk_arrays([tmp_path / "rows.npy"])
+    release = PageRelease([mapped])
+    rows_per_page = PAGE_BYTES // mapped.strides[0]
+    release.read(rows_per_page * (RELEASE_PAGES - 2), contiguous=True)
+    assert release._pages < RELEASE_PAGES
+    release.read(rows_per_page, contiguous=True)
+    assert release._pages == 0  # released
+    release.read(RELEASE_PAGES - 1)
+    assert release._pages == RELEASE_PAGES - 1
+
+
+def on_disk_arrays(paths):
+    from pymc_sgmcmc.disk_rows import prepare_rows
+
+    return [prepare_rows("rows", np.load(path, mmap_mode="r"), np.zeros((1, 4))) for path in paths]
+
+
+def test_arrays_in_memory_read_nothing_from_disk():
+    assert not PageRelease([np.zeros((10, 2))]).active
+
+
+def test_integers_of_another_width_in_memory_are_converted(files):
+    _, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    step = SGLD(model=subset, data={"X": covariates, "y": outcomes.astype("int64")})
+    values = {data.name: data.get_value(borrow=True) for data in step.density.data}
+    assert values["y"].dtype == np.int32
+
+
+def _errors(where, covariates, outcomes, tmp_path):
+    wide = tmp_path / "y64.npy"
+    np.save(wide, outcomes.astype("int64"))
+    fortran = tmp_path / "X_fortran.npy"
+    np.save(fortran, np.asfortranarray(covariates))
+    disk = on_disk(where)
+    return {
+        "missing": ({"X": disk["X"]}, MinibatchError, "give every array"),
+        "unknown": ({**disk, "Z": disk["X"]}, MinibatchError, "'Z'"),
+        "dtype of a file": (
+            {**disk, "y": np.load(wide, mmap_mode="r")},
+            ValueError,
+            "store the array as int32",
+        ),
+        "shape": ({**disk, "X": covariates[:, :2]}, ValueError, "not in shape"),
+        "order": ({**disk, "X": np.load(fortran, mmap_mode="r")}, ValueError, "C order"),
+        "lengths": ({**disk, "X": covariates[:100]}, MinibatchError, "same number of rows"),
+        "slice of a file": ({**disk, "X": disk["X"][10:]}, ValueError, "view of a memory-mapped"),
+        "not an array": ({**disk, "X": covariates.tolist()}, TypeError, "NumPy array"),
+        "not a dict": ([disk["X"]], TypeError, "data must be a dict"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "unknown",
+        "dtype of a file",
+        "shape",
+        "order",
+        "lengths",
+        "slice of a file",
+        "not an array",
+        "not a dict",
+    ],
+)
+def test_data_that_cannot_stand_for_the_models_is_refused(files, tmp_path, case):
+    where, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    data, error, message = _errors(where, covariates, outcomes, tmp_path)[case]
+    with pytest.raises(error, match=re.escape(message)):
+        SGLD(model=subset, data=data)
+
+
+def test_observed_values_outside_pm_data_are_named(files):
+    where, covariates, outcomes = files
+    with pm.Model() as model:
+        rows = pm.Data("X", covariates[:SUBSET])
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Bernoulli("obs", logit_p=rows @ beta, observed=outcomes[:SUBSET])
+    message = "reads 'obs' by row from an array given directly"
+    with pytest.raises(MinibatchError, match=re.escape(message)):
+        SGLD(model=model, data=on_disk(where))
+
+
+def test_zero_variance_means_take_the_score_over_the_given_rows(files):
+    where, covariates, outcomes = files
+    whole = logistic(covariates, outcomes)
+    with whole:
+        trace = pm.sample(
+            draws=30,
+            tune=20,
+            chains=1,
+            step=SGLD(),
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    expected = zero_variance_mean(trace, whole)["beta"].values
+    given = zero_variance_mean(trace, subset, data=on_disk(where))["beta"].values
+    np.testing.assert_allclose(given, expected, rtol=1e-9)
+    # Negative control: the subset's score moves the estimates.
+    alone = zero_variance_mean(trace, subset)["beta"].values
+    assert np.max(np.abs(alone - expected)) > 100 * np.max(np.abs(given - expected))
