@@ -231,3 +231,12 @@ def test_zero_variance_means_take_the_score_over_the_given_rows(files):
     # Negative control: the subset's score moves the estimates.
     alone = zero_variance_mean(trace, subset)["beta"].values
     assert np.max(np.abs(alone - expected)) > 100 * np.max(np.abs(given - expected))
+
+
+def test_a_full_pass_counts_the_pages_its_chunks_span(files):
+    where, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    probe = SGLD(model=subset, data=on_disk(where)).compiled.probe
+    probe.full_likelihood(np.zeros(3))
+    row_bytes = covariates.strides[0] + outcomes.strides[0]
+    assert probe._pages._pages <= N_ROWS * row_bytes / PAGE_BYTES + 2 * 2
