@@ -10,8 +10,9 @@ A memory-mapped ``.npy`` file is read in place: a minibatch gathers its rows
 from the file, and a full-data pass reads it chunk by chunk
 (:meth:`pymc_sgmcmc.estimators.Probe.full`). The pages read stay in the
 operating system's file cache, shared and reclaimable, and are released from
-the process every :data:`RELEASE_PAGES` pages read (64 MiB), so its resident
-memory is bounded by that, not by N. Minibatch rows are drawn as for data in memory:
+the process (:class:`PageRelease`): those of scattered rows before the next
+read, those of runs of rows every :data:`RELEASE_PAGES` pages, so its resident
+memory is bounded by the rows of one read, not by N. Minibatch rows are drawn as for data in memory:
 each epoch is a uniform random permutation of all N rows, read ``batch_size``
 rows per step, so every row is visited once per epoch; reading them is random
 access into the file.
@@ -23,15 +24,34 @@ import mmap
 
 import numpy as np
 
-__all__ = ["PAGE_BYTES", "RELEASE_PAGES", "DiskRows", "PageRelease", "prepare_rows"]
+__all__ = [
+    "PAGE_BYTES",
+    "PIECE_ROWS",
+    "RELEASE_PAGES",
+    "SCATTERED_ROW_BYTES",
+    "DiskRows",
+    "PageRelease",
+    "is_run",
+    "prepare_rows",
+]
 
 #: Pages of memory-mapped files read between two releases: at most 64 MiB
-#: resident. A row read alone occupies a page of each file (4 KiB) until
-#: released; rows read in one run, as a full-data pass reads them, share pages.
+#: resident. Rows read in one run, as a full-data pass reads them, occupy the
+#: pages they span until released.
 RELEASE_PAGES = 16_384
 
 #: Bytes per page of memory.
 PAGE_BYTES = mmap.PAGESIZE
+
+#: What one row read alone may keep resident: the operating system maps the
+#: whole block of the file cache that holds it (0.6 to 0.7 MiB per row
+#: measured on Linux 6.18 for an 8 GB file), so such rows release their pages
+#: after every read.
+SCATTERED_ROW_BYTES = 2**21
+
+#: Rows read alone in one call of the tuning functions, at most: a larger
+#: set is read in pieces of this many rows, released in between.
+PIECE_ROWS = 256
 
 
 class DiskRows(np.memmap):
@@ -115,6 +135,12 @@ def prepare_rows(name: str, array, model_value: np.ndarray) -> np.ndarray:
     return array
 
 
+def is_run(indices) -> bool:
+    """Return whether ``indices`` are consecutive increasing rows."""
+    indices = np.ravel(indices)
+    return indices.size < 2 or bool(np.all(np.diff(indices) == 1))
+
+
 def _mapped_file(array) -> DiskRows | None:
     """Return the mapped file ``array`` reads, or None for data in memory."""
     while isinstance(array, np.ndarray):
@@ -137,30 +163,35 @@ class PageRelease:
         self._files = [file for file in map(_mapped_file, arrays) if file is not None]
         self._row_pages = sum(file.strides[0] for file in self._files) / PAGE_BYTES
         self._pages = 0.0
+        #: How many times the pages were released.
+        self.releases = 0
 
     @property
     def active(self) -> bool:
         """Whether any of the data is a memory-mapped file."""
         return bool(self._files)
 
-    def read(self, rows: int, contiguous: bool = False) -> None:
-        """Count the pages of ``rows`` rows read, and release them once enough were.
+    def read(self, indices) -> None:
+        """Count the pages about to be read at ``indices``; release those read before if due.
 
-        Scattered rows (a minibatch) count a page per row and file;
-        ``contiguous`` rows (a chunk of a full pass) the pages they span.
+        Rows in one run (a chunk of a full pass) count the pages they span;
+        rows read alone (a minibatch) count :data:`SCATTERED_ROW_BYTES` each
+        and file, so that their pages are released before the next read.
         """
         if not self._files:
             return
-        if contiguous:
+        rows = np.size(indices)
+        if is_run(indices):
             self._pages += rows * self._row_pages + len(self._files)
         else:
-            self._pages += rows * len(self._files)
+            self._pages += rows * len(self._files) * SCATTERED_ROW_BYTES / PAGE_BYTES
         if self._pages >= RELEASE_PAGES:
             self.release()
 
     def release(self) -> None:
         """Drop the mapped files' pages from the process (the file cache keeps them)."""
         self._pages = 0.0
+        self.releases += 1
         if not hasattr(mmap, "MADV_DONTNEED"):
             return
         for file in self._files:

@@ -37,7 +37,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.direct import direct_call
-from pymc_sgmcmc.disk_rows import PageRelease
+from pymc_sgmcmc.disk_rows import PIECE_ROWS, PageRelease, is_run
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
 __all__ = [
@@ -167,25 +167,38 @@ class Probe:
         # methods for chain processes it does not fork): compile again.
         return (Probe, (self.density, self._compile_kwargs, self.chunk_rows))
 
-    def terms(self, position, indices, contiguous: bool = False):
+    def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
-
-        ``contiguous`` says that the rows are a run of consecutive rows, for
-        the count of pages read from data on disk (:mod:`pymc_sgmcmc.disk_rows`).
 
         Where the model's parameter checks fail (e.g. a probability computed
         as NaN far from the mode) the log density is -inf and the gradients
-        NaN, so that a search treats the point as outside the support.
+        NaN, so that a search treats the point as outside the support. Data
+        on disk (:mod:`pymc_sgmcmc.disk_rows`) is read at most
+        :data:`~pymc_sgmcmc.disk_rows.PIECE_ROWS` scattered rows at a time.
         """
+        if self._pages.active and len(indices) > PIECE_ROWS and not is_run(indices):
+            return self._terms_in_pieces(position, indices)
         # The compiled functions trust their inputs: a strided or differently
         # typed array would make Numba compile the whole function again.
         position = np.ascontiguousarray(position, dtype=self._position_dtype)
-        self._pages.read(len(indices), contiguous)
+        self._pages.read(indices)
         try:
             return tuple(self._terms(position, np.ascontiguousarray(indices, dtype=np.int64)))
         except ParameterValueError:
             nowhere = np.full_like(position, np.nan)
             return -np.inf, nowhere, -np.inf, nowhere
+
+    def _terms_in_pieces(self, position, indices):
+        """Return :meth:`terms` on ``indices``, from pieces of rows read one after another."""
+        pieces = [
+            (len(piece), self.terms(position, piece))
+            for piece in np.array_split(indices, -(-len(indices) // PIECE_ROWS))
+        ]
+        log_prior, prior_gradient = pieces[0][1][:2]
+        weights = [length / len(indices) for length, _ in pieces]
+        likelihood = sum(w * terms[2] for w, (_, terms) in zip(weights, pieces, strict=True))
+        gradient = sum(w * terms[3] for w, (_, terms) in zip(weights, pieces, strict=True))
+        return log_prior, prior_gradient, likelihood, gradient
 
     def gradient(self, estimator: str, position, indices, inputs=None):
         """Return the estimate of ``estimator`` (a key of :data:`ESTIMATORS`) on ``indices``.
@@ -208,7 +221,7 @@ class Probe:
             types = {name: variable.type for name, variable in symbolic.inputs.items()}
             self._estimators[estimator] = (direct_call(function, 2 + len(types)), types)
         function, types = self._estimators[estimator]
-        self._pages.read(len(indices))
+        self._pages.read(indices)
         values = [np.asarray(inputs[name], dtype=kind.dtype) for name, kind in types.items()]
         (estimate,) = function(
             np.ascontiguousarray(position, dtype=self._position_dtype),
@@ -278,7 +291,7 @@ class Probe:
         total, gradient = 0.0, np.zeros_like(position)
         for start in range(0, self.n_rows, self.chunk_rows):
             rows = np.arange(start, min(start + self.chunk_rows, self.n_rows))
-            _, _, value, chunk_gradient = self.terms(position, rows, contiguous=True)
+            _, _, value, chunk_gradient = self.terms(position, rows)
             weight = len(rows) / self.n_rows
             total += weight * value
             gradient += weight * chunk_gradient

@@ -541,7 +541,7 @@ class StochasticGradientStep(ArrayStepShared):
         indices = chain.batches.draw(self.rng, n_steps)
         noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
         state = {**chain.state, "position": self._coordinates(settings.metric, position)}
-        self.compiled.pages.read(indices.size)
+        self.compiled.pages.read(indices)
         with interrupts_held:
             result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
         chain.state = result.state

@@ -9,7 +9,14 @@ import pymc as pm
 import pytest
 
 from pymc_sgmcmc import SGHMC, SGLD
-from pymc_sgmcmc.disk_rows import PAGE_BYTES, RELEASE_PAGES, DiskRows, PageRelease
+from pymc_sgmcmc.disk_rows import (
+    PAGE_BYTES,
+    PIECE_ROWS,
+    RELEASE_PAGES,
+    SCATTERED_ROW_BYTES,
+    DiskRows,
+    PageRelease,
+)
 from pymc_sgmcmc.postprocess import zero_variance_mean
 from pymc_sgmcmc.rows import MinibatchError
 from pymc_sgmcmc.tuning.config import TuningConfig
@@ -116,11 +123,11 @@ def test_released_pages_leave_the_process(tmp_path):
     assert release.active
     before = _resident_file_pages()
     assert mapped[:, 0].sum() == rows[:, 0].sum()  # reads every page
-    read = _resident_file_pages() - before
-    assert read > rows.nbytes / 2
-    release.read(RELEASE_PAGES - 1)
     assert _resident_file_pages() - before > rows.nbytes / 2
-    release.read(1)
+    release.read(np.arange(1000))  # a run of rows spans a few pages: nothing is due
+    assert _resident_file_pages() - before > rows.nbytes / 2
+    scattered = RELEASE_PAGES * PAGE_BYTES // SCATTERED_ROW_BYTES
+    release.read(np.arange(scattered) * 7)
     assert _resident_file_pages() - before < rows.nbytes / 20
 
 
@@ -128,13 +135,29 @@ def test_rows_read_in_a_run_count_the_pages_they_span(tmp_path):
     np.save(tmp_path / "rows.npy", np.zeros((1000, 4)))
     (mapped,) = on_disk_arrays([tmp_path / "rows.npy"])
     release = PageRelease([mapped])
-    rows_per_page = PAGE_BYTES // mapped.strides[0]
-    release.read(rows_per_page * (RELEASE_PAGES - 2), contiguous=True)
-    assert release._pages < RELEASE_PAGES
-    release.read(rows_per_page, contiguous=True)
-    assert release._pages == 0  # released
-    release.read(RELEASE_PAGES - 1)
-    assert release._pages == RELEASE_PAGES - 1
+    release.read(np.arange(500))
+    assert release._pages == pytest.approx(500 * mapped.strides[0] / PAGE_BYTES + 1)
+    release.read(np.array([3, 1]))
+    assert release._pages == pytest.approx(
+        500 * mapped.strides[0] / PAGE_BYTES + 1 + 2 * SCATTERED_ROW_BYTES / PAGE_BYTES
+    )
+
+
+def test_many_scattered_rows_are_read_in_pieces_with_the_same_terms(files):
+    where, covariates, outcomes = files
+    whole = logistic(covariates, outcomes)
+    in_memory = SGLD(model=whole).compiled.probe
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    on_file = SGLD(model=subset, data=on_disk(where)).compiled.probe
+    indices = np.random.default_rng(0).choice(N_ROWS, 3 * PIECE_ROWS + 7, replace=False)
+    position = np.array([0.3, -0.2, 0.1])
+    releases = on_file._pages.releases
+    for expected, given in zip(
+        in_memory.terms(position, indices), on_file.terms(position, indices), strict=True
+    ):
+        np.testing.assert_allclose(given, expected, rtol=1e-12)
+    # Four pieces, each read after the pages of the one before were released.
+    assert on_file._pages.releases - releases == 4
 
 
 def on_disk_arrays(paths):
@@ -239,4 +262,5 @@ def test_a_full_pass_counts_the_pages_its_chunks_span(files):
     probe = SGLD(model=subset, data=on_disk(where)).compiled.probe
     probe.full_likelihood(np.zeros(3))
     row_bytes = covariates.strides[0] + outcomes.strides[0]
-    assert probe._pages._pages <= N_ROWS * row_bytes / PAGE_BYTES + 2 * 2
+    # About 21 pages (counted as scattered rows: three million).
+    assert probe._pages._pages <= 2 * (N_ROWS * row_bytes / PAGE_BYTES + 2 * 2)
