@@ -61,7 +61,7 @@ BASE_STATS = {
 }
 
 
-def _check_data_argument(data) -> dict | None:
+def _check_data_argument(data, compile_kwargs) -> dict | None:
     """Return ``data`` as a dict of arrays by name, or None."""
     if data is None:
         return None
@@ -69,6 +69,11 @@ def _check_data_argument(data) -> dict | None:
         raise TypeError(
             "data must be a dict from the names of the model's pm.Data to arrays, "
             f"got {type(data).__name__}."
+        )
+    if is_jax(compile_kwargs) and any(isinstance(array, np.memmap) for array in data.values()):
+        raise ValueError(
+            "The JAX backend copies the data to its device, which would read the whole "
+            "memory-mapped file into memory: sample data on disk with the default backend."
         )
     return dict(data)
 
@@ -288,7 +293,7 @@ class StochasticGradientStep(ArrayStepShared):
             compile_kwargs,
             self.tuning.chunk_rows,
             probe_kwargs,
-            _check_data_argument(data),
+            _check_data_argument(data, compile_kwargs),
         )
         density = self.compiled.density
         if batch_size is None:

@@ -264,3 +264,10 @@ def test_a_full_pass_counts_the_pages_its_chunks_span(files):
     row_bytes = covariates.strides[0] + outcomes.strides[0]
     # About 21 pages (counted as scattered rows: three million).
     assert probe._pages._pages <= 2 * (N_ROWS * row_bytes / PAGE_BYTES + 2 * 2)
+
+
+def test_files_are_refused_by_the_jax_backend(files):
+    where, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    with pytest.raises(ValueError, match="sample data on disk with the default backend"):
+        SGLD(model=subset, data=on_disk(where), compile_kwargs={"mode": "JAX"})
