@@ -18,10 +18,15 @@ DRAWS = 100_000
 
 SCRIPT = textwrap.dedent(
     f"""
+    import signal
     import sys
     import numpy as np
     import pymc as pm
     from pymc_sgmcmc import SGHMC
+
+    # Python's Ctrl-C handler, as in a terminal, even where the launcher
+    # started the tests with SIGINT ignored (a background job of a shell).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     cores = int(sys.argv[1])
     rng = np.random.default_rng(0)
@@ -109,10 +114,15 @@ def test_an_interrupt_inside_compiled_code_is_held_until_it_returns():
     from pymc_sgmcmc.interrupts import interrupts_held
 
     finished = False
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_held:
-            signal.raise_signal(signal.SIGINT)
-            finished = True
+    # Python's own handler, whatever the launcher left installed.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held:
+                signal.raise_signal(signal.SIGINT)
+                finished = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert finished
 
 
