@@ -13,7 +13,12 @@ from pymc_sgmcmc.estimators import ESTIMATORS, Probe
 from pymc_sgmcmc.kernel import Kernel
 from pymc_sgmcmc.loop import InterpretedKernel
 from pymc_sgmcmc.metric import METRICS
-from pymc_sgmcmc.minibatch import MinibatchLogDensity, build_minibatch_log_density, with_data
+from pymc_sgmcmc.minibatch import (
+    MinibatchError,
+    MinibatchLogDensity,
+    build_minibatch_log_density,
+    with_data,
+)
 
 __all__ = ["CompiledModel", "compiled_model"]
 
@@ -183,6 +188,11 @@ def compiled_model(
         if compiled is not None:
             return compiled
     density = build_minibatch_log_density(model, value_variables, shared)
+    if data and shared:
+        raise MinibatchError(
+            "data= needs the step method to sample every free variable: another step method "
+            "would read the model's subset of the rows; sample them all with this step."
+        )
     if data:
         containers = {variable.name: variable for variable in model.data_vars}
         density = with_data(density, dict(data), containers)

@@ -271,3 +271,17 @@ def test_files_are_refused_by_the_jax_backend(files):
     subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
     with pytest.raises(ValueError, match="sample data on disk with the default backend"):
         SGLD(model=subset, data=on_disk(where), compile_kwargs={"mode": "JAX"})
+
+
+def test_a_step_given_data_refuses_to_share_the_model_with_other_steps(files):
+    """Another step method would sample its variables from the model's subset."""
+    where, covariates, outcomes = files
+    with pm.Model() as model:
+        rows = pm.Data("X", covariates[:SUBSET])
+        observed = pm.Data("y", outcomes[:SUBSET])
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        shift = pm.Normal("shift", 0, 1)
+        pm.Bernoulli("obs", logit_p=rows @ beta + shift, observed=observed)
+    with pytest.raises(MinibatchError, match="sample every free variable"):
+        SGLD(vars=[beta], model=model, data=on_disk(where))
+    SGLD(vars=[beta, shift], model=model, data=on_disk(where))
