@@ -7,6 +7,7 @@ import weakref
 
 import numpy as np
 
+from pymc_sgmcmc.cluster import ClusterPasses
 from pymc_sgmcmc.disk_rows import PageRelease
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import ESTIMATORS, Probe
@@ -50,6 +51,9 @@ class CompiledModel:
     probe_kwargs : dict, optional
         Passed to :func:`pytensor.function` for the probe instead of
         ``compile_kwargs``.
+    client : distributed.Client, optional
+        Run the probe's full-data passes on this Dask cluster
+        (:mod:`pymc_sgmcmc.cluster`).
     """
 
     def __init__(
@@ -58,11 +62,18 @@ class CompiledModel:
         compile_kwargs: dict | None = None,
         chunk_rows=50_000,
         probe_kwargs: dict | None = None,
+        client=None,
     ):
         self.density = density
         self.compile_kwargs = dict(compile_kwargs or {})
         self.probe_kwargs = dict(self.compile_kwargs if probe_kwargs is None else probe_kwargs)
         self.chunk_rows = int(chunk_rows)
+        #: Runs the probe's full passes on a Dask cluster, if one is given.
+        self.cluster = (
+            None
+            if client is None
+            else ClusterPasses(client, density, self.probe_kwargs, self.chunk_rows)
+        )
         #: Releases the pages of data read from memory-mapped files.
         self.pages = PageRelease([data.get_value(borrow=True) for data in density.data])
         self._probe = None
@@ -74,7 +85,7 @@ class CompiledModel:
         """The numeric probe, compiled on first use."""
         if self._probe is None:
             _log.info("Compiling the tuning functions (%s).", _CACHED)
-            self._probe = Probe(self.density, self.probe_kwargs, self.chunk_rows)
+            self._probe = Probe(self.density, self.probe_kwargs, self.chunk_rows, self.cluster)
         return self._probe
 
     def kernel(
@@ -165,6 +176,7 @@ def compiled_model(
     chunk_rows: int,
     probe_kwargs: dict,
     data: dict | None = None,
+    client=None,
 ) -> CompiledModel:
     """Return the compiled model of ``value_variables``, reused from an earlier step if possible.
 
@@ -178,10 +190,11 @@ def compiled_model(
     other variables are shared variables of its own, is always built anew,
     and so is one given ``data``: arrays (in memory or memory-mapped files)
     that stand for the model's ``pm.Data`` of the same names
-    (:func:`pymc_sgmcmc.minibatch.with_data`).
+    (:func:`pymc_sgmcmc.minibatch.with_data`), and one given a Dask
+    ``client``, whose probe passes over the data on the cluster.
     """
     options = (_options_key(compile_kwargs), _options_key(probe_kwargs))
-    cacheable = not shared and not data and None not in options
+    cacheable = not shared and not data and client is None and None not in options
     if cacheable:
         key = (_model_structure(model, value_variables, initial_point), *options, chunk_rows)
         compiled = _COMPILED.get(model, {}).get(key)
@@ -196,7 +209,7 @@ def compiled_model(
     if data:
         containers = {variable.name: variable for variable in model.data_vars}
         density = with_data(density, dict(data), containers)
-    compiled = CompiledModel(density, compile_kwargs, chunk_rows, probe_kwargs)
+    compiled = CompiledModel(density, compile_kwargs, chunk_rows, probe_kwargs, client)
     if cacheable:
         _COMPILED.setdefault(model, {})[key] = compiled
     return compiled

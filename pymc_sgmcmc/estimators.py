@@ -36,6 +36,7 @@ from pymc.logprob.utils import ParameterValueError
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.cluster import ClusterPasses
 from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.disk_rows import PIECE_ROWS, PageRelease, is_run
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
@@ -137,13 +138,22 @@ class Probe:
         Passed to :func:`pytensor.function`.
     chunk_rows : int, default 50,000
         Rows per chunk when summing over the full data, which bounds memory.
+    cluster : ClusterPasses, optional
+        Run the full-data passes on a Dask cluster's workers
+        (:mod:`pymc_sgmcmc.cluster`).
     """
 
-    def __init__(self, density: MinibatchLogDensity, compile_kwargs=None, chunk_rows=50_000):
+    def __init__(
+        self,
+        density: MinibatchLogDensity,
+        compile_kwargs=None,
+        chunk_rows=50_000,
+        cluster: ClusterPasses | None = None,
+    ):
         self.density = density
         self.n_rows = density.n_rows
         self.chunk_rows = int(chunk_rows)
-        self._compile_kwargs = dict(compile_kwargs or {})
+        self.compile_kwargs = dict(compile_kwargs or {})
         self._position_dtype = density.position.dtype
         terms = pytensor.function(
             [density.position, density.indices],
@@ -153,7 +163,7 @@ class Probe:
                 density.log_likelihood,
                 density.likelihood_gradient,
             ],
-            **self._compile_kwargs,
+            **self.compile_kwargs,
         )
         self._terms = direct_call(terms, 2)
         self._pages = PageRelease([data.get_value(borrow=True) for data in density.data])
@@ -161,11 +171,12 @@ class Probe:
         # The terms take no other blocks' values, so only without other
         # step methods can they give the control variate's centre term.
         self._control_variate_from_terms = not density.other_blocks
+        self.cluster = cluster
 
     def __reduce__(self):
         # Compiled code does not survive pickling (PyMC pickles the step
         # methods for chain processes it does not fork): compile again.
-        return (Probe, (self.density, self._compile_kwargs, self.chunk_rows))
+        return (Probe, (self.density, self.compile_kwargs, self.chunk_rows, self.cluster))
 
     def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
@@ -216,7 +227,7 @@ class Probe:
                 [self.density.position, self.density.indices, *symbolic.inputs.values()],
                 [symbolic.gradient],
                 on_unused_input="ignore",
-                **self._compile_kwargs,
+                **self.compile_kwargs,
             )
             types = {name: variable.type for name, variable in symbolic.inputs.items()}
             self._estimators[estimator] = (direct_call(function, 2 + len(types)), types)
@@ -287,15 +298,28 @@ class Probe:
         )
 
     def full_likelihood(self, position):
-        """Return the full-data log likelihood and its gradient, in chunks of rows."""
+        """Return the full-data log likelihood and its gradient, in chunks of rows.
+
+        The chunks are summed in the order of the rows, in this process or,
+        with a cluster, on its workers (the same numbers either way).
+        """
+        starts = range(0, self.n_rows, self.chunk_rows)
+        if self.cluster is None:
+            chunks = [self.chunk_terms(position, start) for start in starts]
+        else:
+            chunks = self.cluster.chunk_sums(position, self.blocks(), self.n_rows)
         total, gradient = 0.0, np.zeros_like(position)
-        for start in range(0, self.n_rows, self.chunk_rows):
-            rows = np.arange(start, min(start + self.chunk_rows, self.n_rows))
-            _, _, value, chunk_gradient = self.terms(position, rows)
-            weight = len(rows) / self.n_rows
+        for start, (value, chunk_gradient) in zip(starts, chunks, strict=True):
+            weight = (min(start + self.chunk_rows, self.n_rows) - start) / self.n_rows
             total += weight * value
             gradient += weight * chunk_gradient
         return total, gradient
+
+    def chunk_terms(self, position, start: int):
+        """Return the likelihood estimate and its gradient on the chunk of rows from ``start``."""
+        rows = np.arange(start, min(start + self.chunk_rows, self.n_rows))
+        _, _, value, gradient = self.terms(position, rows)
+        return value, gradient
 
     def blocks(self) -> tuple:
         """Return the current values of the other free variables."""

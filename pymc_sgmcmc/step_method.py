@@ -17,6 +17,7 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
 from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.cluster import check_client
 from pymc_sgmcmc.compiled_model import compiled_model
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
@@ -36,6 +37,9 @@ _log = logging.getLogger("pymc")
 #: ``mode``. Numba ships with PyTensor and runs a fused loop of minibatch steps
 #: several times faster than the C backend (see docs/performance.md).
 DEFAULT_MODE = "NUMBA"
+
+#: Arguments that pickled step methods leave out of their constructor arguments.
+_NOT_PICKLED = frozenset({"client", "data"})
 
 #: Backend of the tuning functions (a few thousand calls per chain) unless
 #: ``compile_kwargs`` names a ``mode``: whichever compiles faster. On PyTensor
@@ -180,6 +184,12 @@ class StochasticGradientStep(ArrayStepShared):
         likelihood reads by row must be given. The model keeps its values
         (NUTS and PyMC's checks run on the subset); see
         :mod:`pymc_sgmcmc.disk_rows`.
+    client : distributed.Client, optional
+        A Dask cluster to run the full-data passes on (finding the mode,
+        centring the control variate): a map over chunks of rows on its
+        workers, summed in order in the chain's process, the same numbers
+        as the pass in process (:mod:`pymc_sgmcmc.cluster`). Minibatch
+        steps stay in the chain's process.
     blocked, rng
         As for every PyMC step method.
     **options
@@ -243,6 +253,7 @@ class StochasticGradientStep(ArrayStepShared):
         initial_point=None,
         compile_kwargs: dict | None = None,
         data: dict | None = None,
+        client=None,
         blocked: bool = True,
         rng=None,
         **options,
@@ -294,6 +305,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.tuning.chunk_rows,
             probe_kwargs,
             _check_data_argument(data, compile_kwargs),
+            check_client(client),
         )
         density = self.compiled.density
         if batch_size is None:
@@ -352,6 +364,20 @@ class StochasticGradientStep(ArrayStepShared):
             self.compiled.kernel(self.dynamics, "minibatch")
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self.chain = self._new_chain()
+
+    def __getnewargs_ex__(self):
+        # Unpickling calls __new__ with these and restores the state from
+        # __dict__, which PyMC keeps them in too: the live connection of a
+        # Dask client cannot travel (the compiled model carries what
+        # reconnects to its scheduler), and the data travels once, inside the
+        # compiled model.
+        args, kwargs = super().__getnewargs_ex__()
+        return args, {name: value for name, value in kwargs.items() if name not in _NOT_PICKLED}
+
+    def __getstate__(self):
+        stored = super().__getnewargs_ex__()
+        kept = self.__getnewargs_ex__()
+        return {name: kept if value is stored else value for name, value in vars(self).items()}
 
     def _check_vars(self, model, vars):
         vars = (
