@@ -38,8 +38,10 @@ import xarray as xr
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density, with_data
 from pymc_sgmcmc.step_method import PROBE_MODE
+from pymc_sgmcmc.tuning.config import TuningConfig
 
 __all__ = [
     "UnconstrainedDraws",
@@ -234,10 +236,6 @@ def _forward_function(model: pm.Model):
     return free, function
 
 
-#: Rows per chunk of a full-data score over data given to ``data=``.
-_CHUNK_ROWS = 50_000
-
-
 def _score_function(model: pm.Model, continuous, batch_size: int | None, data=None):
     """Compile the score of the continuous value variables; return it, its shared inputs, N."""
     point = model.initial_point()
@@ -263,7 +261,8 @@ def _score_on_data(model, continuous, shared, batch_size, data):
     """Return the score over ``data`` (arrays standing for the model's ``pm.Data``).
 
     With ``batch_size`` the minibatch estimate, as from the model's own data;
-    otherwise the full-data score, summed over chunks of rows.
+    otherwise the full-data score, summed over chunks of rows as the step
+    methods' full passes are (:meth:`pymc_sgmcmc.estimators.Probe.full`).
     """
     containers = {variable.name: variable for variable in model.data_vars}
     density = with_data(build_minibatch_log_density(model, continuous, shared), data, containers)
@@ -274,18 +273,10 @@ def _score_on_data(model, continuous, shared, batch_size, data):
             [density.position, density.indices], density.gradient, mode=PROBE_MODE
         )
         return function, shared, n_rows
-    terms = pytensor.function(
-        [density.position, density.indices],
-        [density.prior_gradient, density.likelihood_gradient],
-        mode=PROBE_MODE,
-    )
+    probe = Probe(density, {"mode": PROBE_MODE}, TuningConfig().chunk_rows)
 
     def score(position):
-        gradient = terms(position, np.arange(1))[0]
-        for start in range(0, n_rows, _CHUNK_ROWS):
-            rows = np.arange(start, min(start + _CHUNK_ROWS, n_rows))
-            gradient = gradient + len(rows) / n_rows * terms(position, rows)[1]
-        return gradient
+        return probe.full(position)[1]
 
     return score, shared, None
 
