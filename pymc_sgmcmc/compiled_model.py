@@ -74,7 +74,8 @@ class CompiledModel:
             if client is None
             else ClusterPasses(client, density, self.probe_kwargs, self.chunk_rows)
         )
-        #: Releases the pages of data read from memory-mapped files.
+        #: Releases the pages of data read from memory-mapped files, for the
+        #: kernels and the probe.
         self.pages = PageRelease([data.get_value(borrow=True) for data in density.data])
         self._probe = None
         self._kernels = {}
@@ -85,7 +86,9 @@ class CompiledModel:
         """The numeric probe, compiled on first use."""
         if self._probe is None:
             _log.info("Compiling the tuning functions (%s).", _CACHED)
-            self._probe = Probe(self.density, self.probe_kwargs, self.chunk_rows, self.cluster)
+            self._probe = Probe(
+                self.density, self.probe_kwargs, self.chunk_rows, self.cluster, self.pages
+            )
         return self._probe
 
     def kernel(

@@ -195,4 +195,4 @@ class PageRelease:
         if not hasattr(mmap, "MADV_DONTNEED"):
             return
         for file in self._files:
-            file._mmap.madvise(mmap.MADV_DONTNEED)
+            file.base.madvise(mmap.MADV_DONTNEED)

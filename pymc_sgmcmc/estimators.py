@@ -141,6 +141,10 @@ class Probe:
     cluster : ClusterPasses, optional
         Run the full-data passes on a Dask cluster's workers
         (:mod:`pymc_sgmcmc.cluster`).
+    pages : PageRelease, optional
+        Counts the rows read from memory-mapped files and releases their
+        pages; one of its own by default, the kernels' where they read the
+        same files.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class Probe:
         compile_kwargs=None,
         chunk_rows=50_000,
         cluster: ClusterPasses | None = None,
+        pages: PageRelease | None = None,
     ):
         self.density = density
         self.n_rows = density.n_rows
@@ -166,7 +171,9 @@ class Probe:
             **self.compile_kwargs,
         )
         self._terms = direct_call(terms, 2)
-        self._pages = PageRelease([data.get_value(borrow=True) for data in density.data])
+        if pages is None:
+            pages = PageRelease([data.get_value(borrow=True) for data in density.data])
+        self.pages = pages
         self._estimators = {}
         # The terms take no other blocks' values, so only without other
         # step methods can they give the control variate's centre term.
@@ -176,7 +183,8 @@ class Probe:
     def __reduce__(self):
         # Compiled code does not survive pickling (PyMC pickles the step
         # methods for chain processes it does not fork): compile again.
-        return (Probe, (self.density, self.compile_kwargs, self.chunk_rows, self.cluster))
+        arguments = (self.density, self.compile_kwargs, self.chunk_rows, self.cluster, self.pages)
+        return (Probe, arguments)
 
     def terms(self, position, indices):
         """Return log prior, its gradient, likelihood estimate and its gradient on ``indices``.
@@ -187,12 +195,12 @@ class Probe:
         on disk (:mod:`pymc_sgmcmc.disk_rows`) is read at most
         :data:`~pymc_sgmcmc.disk_rows.PIECE_ROWS` scattered rows at a time.
         """
-        if self._pages.active and len(indices) > PIECE_ROWS and not is_run(indices):
+        if self.pages.active and len(indices) > PIECE_ROWS and not is_run(indices):
             return self._terms_in_pieces(position, indices)
         # The compiled functions trust their inputs: a strided or differently
         # typed array would make Numba compile the whole function again.
         position = np.ascontiguousarray(position, dtype=self._position_dtype)
-        self._pages.read(indices)
+        self.pages.read(indices)
         try:
             return tuple(self._terms(position, np.ascontiguousarray(indices, dtype=np.int64)))
         except ParameterValueError:
@@ -232,7 +240,7 @@ class Probe:
             types = {name: variable.type for name, variable in symbolic.inputs.items()}
             self._estimators[estimator] = (direct_call(function, 2 + len(types)), types)
         function, types = self._estimators[estimator]
-        self._pages.read(indices)
+        self.pages.read(indices)
         values = [np.asarray(inputs[name], dtype=kind.dtype) for name, kind in types.items()]
         (estimate,) = function(
             np.ascontiguousarray(position, dtype=self._position_dtype),

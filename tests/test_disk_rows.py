@@ -151,13 +151,21 @@ def test_many_scattered_rows_are_read_in_pieces_with_the_same_terms(files):
     on_file = SGLD(model=subset, data=on_disk(where)).compiled.probe
     indices = np.random.default_rng(0).choice(N_ROWS, 3 * PIECE_ROWS + 7, replace=False)
     position = np.array([0.3, -0.2, 0.1])
-    releases = on_file._pages.releases
+    releases = on_file.pages.releases
     for expected, given in zip(
         in_memory.terms(position, indices), on_file.terms(position, indices), strict=True
     ):
         np.testing.assert_allclose(given, expected, rtol=1e-12)
     # Four pieces, each read after the pages of the one before were released.
-    assert on_file._pages.releases - releases == 4
+    assert on_file.pages.releases - releases == 4
+
+
+def test_the_kernels_and_the_tuning_functions_count_pages_together(files):
+    where, covariates, outcomes = files
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    compiled = SGLD(model=subset, data=on_disk(where)).compiled
+    assert compiled.probe.pages is compiled.pages
+    assert compiled.pages.active
 
 
 def on_disk_arrays(paths):
@@ -263,7 +271,7 @@ def test_a_full_pass_counts_the_pages_its_chunks_span(files):
     probe.full_likelihood(np.zeros(3))
     row_bytes = covariates.strides[0] + outcomes.strides[0]
     # About 21 pages (counted as scattered rows: three million).
-    assert probe._pages._pages <= 2 * (N_ROWS * row_bytes / PAGE_BYTES + 2 * 2)
+    assert probe.pages._pages <= 2 * (N_ROWS * row_bytes / PAGE_BYTES + 2 * 2)
 
 
 def test_files_are_refused_by_the_jax_backend(files):

@@ -52,8 +52,8 @@ def write_data(directory: Path, n_rows: int, seed: int = 0) -> None:
         covariates.flush()
         outcomes.flush()
         # Written pages leave the process once flushed; the file cache keeps them.
-        covariates._mmap.madvise(mmap.MADV_DONTNEED)
-        outcomes._mmap.madvise(mmap.MADV_DONTNEED)
+        covariates.base.madvise(mmap.MADV_DONTNEED)
+        outcomes.base.madvise(mmap.MADV_DONTNEED)
     del covariates, outcomes
 
 
