@@ -16,11 +16,22 @@ memory is bounded by the rows of one read, not by N. Minibatch rows are drawn as
 each epoch is a uniform random permutation of all N rows, read ``batch_size``
 rows per step, so every row is visited once per epoch; reading them is random
 access into the file.
+
+A Zarr array is compressed in chunks of many rows, so reading one scattered
+row would decompress its whole chunk. It is copied once, chunk by chunk, into
+an uncompressed ``.npy`` file in the system's temporary directory
+(:func:`stage_zarr`), which is then read as above: memory stays bounded by a
+few chunks while copying, the minibatches are those of the same rows in
+memory, and the copy is removed with the Zarr array object.
 """
 
 from __future__ import annotations
 
 import mmap
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
 
 import numpy as np
 
@@ -31,8 +42,10 @@ __all__ = [
     "SCATTERED_ROW_BYTES",
     "DiskRows",
     "PageRelease",
+    "is_on_disk",
     "is_run",
     "prepare_rows",
+    "stage_zarr",
 ]
 
 #: Pages of memory-mapped files read between two releases: at most 64 MiB
@@ -52,6 +65,12 @@ SCATTERED_ROW_BYTES = 2**21
 #: Rows read alone in one call of the tuning functions, at most: a larger
 #: set is read in pieces of this many rows, released in between.
 PIECE_ROWS = 256
+
+#: Bytes of a Zarr array copied at a time (whole chunks, at least one).
+STAGE_BYTES = 2**26
+
+#: Copies of Zarr arrays by the array object's id, while it lives.
+_STAGED: dict = {}
 
 
 class DiskRows(np.memmap):
@@ -79,26 +98,29 @@ def prepare_rows(name: str, array, model_value: np.ndarray) -> np.ndarray:
     ----------
     name : str
         The container's name, for the messages.
-    array : numpy.ndarray or numpy.memmap
-        The full data: an array in memory or a memory-mapped ``.npy`` file as
-        :func:`numpy.load` returns it with ``mmap_mode``.
+    array : numpy.ndarray, numpy.memmap or zarr.Array
+        The full data: an array in memory, a memory-mapped ``.npy`` file as
+        :func:`numpy.load` returns it with ``mmap_mode``, or a Zarr array
+        (copied by :func:`stage_zarr`).
     model_value : numpy.ndarray
         The container's value in the model (a subset of the rows).
 
     Raises
     ------
     TypeError
-        If ``array`` is not a NumPy array.
+        If ``array`` is none of these.
     ValueError
         If its dtype, trailing shape or memory layout differ from what the
         model's compiled functions take. An array in memory of another dtype
         is converted where that keeps its values (integers of another width);
         a memory-mapped file must be stored with the container's dtype.
     """
+    if _is_zarr(array):
+        return stage_zarr(name, array, model_value)
     if not isinstance(array, np.ndarray):
         raise TypeError(
-            f"data['{name}'] must be a NumPy array or a memory-mapped .npy file "
-            f"(np.load(path, mmap_mode='r')), got {type(array).__name__}."
+            f"data['{name}'] must be a NumPy array, a memory-mapped .npy file "
+            f"(np.load(path, mmap_mode='r')) or a Zarr array, got {type(array).__name__}."
         )
     if array.dtype != model_value.dtype:
         converted = None
@@ -133,6 +155,84 @@ def prepare_rows(name: str, array, model_value: np.ndarray) -> np.ndarray:
     if not array.flags.writeable:
         return array.copy()
     return array
+
+
+def _is_zarr(array) -> bool:
+    return type(array).__module__.split(".")[0] == "zarr"
+
+
+def is_on_disk(array) -> bool:
+    """Return whether ``array`` is a memory-mapped file or a Zarr array."""
+    return isinstance(array, np.memmap) or _is_zarr(array)
+
+
+def stage_zarr(name: str, array, model_value: np.ndarray) -> DiskRows:
+    """Return a Zarr array copied chunk by chunk into a memory-mapped ``.npy`` file.
+
+    The copy lives in a directory of :func:`tempfile.mkdtemp` (set ``TMPDIR``
+    to move it), is made once per Zarr array object, and is removed when that
+    object is. At most :data:`STAGE_BYTES` (whole chunks) are read at a time,
+    and the written pages are released as they are flushed.
+
+    Parameters
+    ----------
+    name : str
+        The container's name, for the messages.
+    array : zarr.Array
+        The full data, its rows along the first axis.
+    model_value : numpy.ndarray
+        The container's value in the model (a subset of the rows).
+
+    Raises
+    ------
+    ValueError
+        If the array's trailing shape differs from the container's, or its
+        values change when cast to the container's dtype.
+    """
+    staged = _STAGED.get(id(array))
+    if staged is not None and staged[0]() is array:
+        return staged[1]
+    if len(array.shape) != model_value.ndim or tuple(array.shape[1:]) != model_value.shape[1:]:
+        raise ValueError(
+            f"data['{name}'] has shape {tuple(array.shape)} but the model's pm.Data '{name}' has "
+            f"{model_value.shape}: rows may differ in number, not in shape."
+        )
+    directory = tempfile.mkdtemp(prefix="pymc_sgmcmc-")
+    path = Path(directory) / f"{name}.npy"
+    try:
+        copy = np.lib.format.open_memmap(
+            path, mode="w+", dtype=model_value.dtype, shape=tuple(array.shape)
+        )
+        row_bytes = max(copy.itemsize, copy.strides[0])
+        chunk_rows = int(array.chunks[0])
+        slab = max(1, STAGE_BYTES // (chunk_rows * row_bytes)) * chunk_rows
+        for start in range(0, len(copy), slab):
+            values = np.asarray(array[start : start + slab])
+            converted = values.astype(model_value.dtype, copy=False)
+            if values.dtype != converted.dtype and not np.array_equal(converted, values):
+                raise ValueError(
+                    f"data['{name}'] has dtype {values.dtype} but the model's pm.Data '{name}' "
+                    f"has {model_value.dtype} (PyMC's choice for such data): store the array as "
+                    f"{model_value.dtype}."
+                )
+            copy[start : start + len(values)] = converted
+            copy.flush()
+            if hasattr(mmap, "MADV_DONTNEED"):
+                copy.base.madvise(mmap.MADV_DONTNEED)
+        mapped = _map(str(path), copy.dtype.str, copy.shape, copy.offset)
+        del copy
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    key = id(array)
+    _STAGED[key] = (weakref.ref(array), mapped)
+    weakref.finalize(array, _remove_copy, key, directory)
+    return mapped
+
+
+def _remove_copy(key, directory) -> None:
+    _STAGED.pop(key, None)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def is_run(indices) -> bool:

@@ -19,6 +19,7 @@ from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.cluster import check_client
 from pymc_sgmcmc.compiled_model import compiled_model
+from pymc_sgmcmc.disk_rows import is_on_disk
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import as_state, is_jax
@@ -74,10 +75,11 @@ def _check_data_argument(data, compile_kwargs) -> dict | None:
             "data must be a dict from the names of the model's pm.Data to arrays, "
             f"got {type(data).__name__}."
         )
-    if is_jax(compile_kwargs) and any(isinstance(array, np.memmap) for array in data.values()):
+    if is_jax(compile_kwargs) and any(map(is_on_disk, data.values())):
         raise ValueError(
             "The JAX backend copies the data to its device, which would read the whole "
-            "memory-mapped file into memory: sample data on disk with the default backend."
+            "memory-mapped file or Zarr array into memory: sample data on disk with the "
+            "default backend."
         )
     return dict(data)
 
@@ -179,9 +181,9 @@ class StochasticGradientStep(ArrayStepShared):
     data : dict, optional
         The full data, by the names of the model's ``pm.Data``, where the
         model holds a subset of the rows (data too large for memory): NumPy
-        arrays, or memory-mapped ``.npy`` files
-        (``np.load(path, mmap_mode="r")``), read in place. Every array the
-        likelihood reads by row must be given. The model keeps its values
+        arrays, memory-mapped ``.npy`` files (``np.load(path, mmap_mode="r")``)
+        read in place, or Zarr arrays, copied once into such a file. Every
+        array the likelihood reads by row must be given. The model keeps its values
         (NUTS and PyMC's checks run on the subset); see
         :mod:`pymc_sgmcmc.disk_rows`.
     client : distributed.Client, optional

@@ -1,5 +1,6 @@
 """Data given to the step method in place of the model's: in memory or memory-mapped files."""
 
+import gc
 import pickle
 import re
 from pathlib import Path
@@ -7,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pymc as pm
 import pytest
+import zarr
 
-from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc import SGHMC, SGLD, disk_rows
 from pymc_sgmcmc.disk_rows import (
     PAGE_BYTES,
     PIECE_ROWS,
@@ -160,6 +162,71 @@ def test_many_scattered_rows_are_read_in_pieces_with_the_same_terms(files):
     assert on_file.pages.releases - releases == 4
 
 
+def in_zarr(where, covariates, outcomes, chunk_rows=700):
+    """Return the data as Zarr arrays whose chunks do not divide the rows."""
+    arrays = {}
+    for name, values in (("X", covariates), ("y", outcomes)):
+        stored = zarr.create_array(
+            store=str(where / f"{name}.zarr"),
+            shape=values.shape,
+            chunks=(chunk_rows, *values.shape[1:]),
+            dtype=values.dtype,
+            overwrite=True,
+        )
+        stored[:] = values
+        arrays[name] = zarr.open_array(str(where / f"{name}.zarr"), mode="r")
+    return arrays
+
+
+def test_a_zarr_array_gives_the_draws_of_the_same_rows_in_memory(files, tmp_path):
+    _, covariates, outcomes = files
+    whole = logistic(covariates, outcomes)
+    expected = sample(whole, SGHMC(model=whole))
+    subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
+    step = SGHMC(model=subset, data=in_zarr(tmp_path, covariates, outcomes))
+    assert step.density.n_rows == N_ROWS
+    np.testing.assert_array_equal(sample(subset, step), expected)
+
+
+def test_a_zarr_array_is_copied_in_slabs_of_whole_chunks_once_and_removed_with_it(
+    files, tmp_path, monkeypatch
+):
+    _, covariates, outcomes = files
+    arrays = in_zarr(tmp_path, covariates, outcomes)
+    read = []
+    original = type(arrays["X"]).__getitem__
+
+    def counted(self, selection):
+        read.append(selection)
+        return original(self, selection)
+
+    monkeypatch.setattr(type(arrays["X"]), "__getitem__", counted)
+    # Slabs of two 700-row chunks of X (3 float64 columns: 16,800 bytes).
+    monkeypatch.setattr(disk_rows, "STAGE_BYTES", 2 * 700 * 24 + 100)
+    copy = disk_rows.prepare_rows("X", arrays["X"], covariates[:SUBSET])
+    assert [(s.start, s.stop) for s in read] == [(0, 1400), (1400, 2800), (2800, 4200)]
+    assert isinstance(copy, DiskRows)
+    np.testing.assert_array_equal(copy, covariates)
+    assert disk_rows.prepare_rows("X", arrays["X"], covariates[:SUBSET]) is copy
+    assert len(read) == 3
+    path = Path(copy.filename)
+    assert path.exists()
+    del arrays, copy
+    gc.collect()
+    assert not path.exists()
+
+
+def test_a_zarr_array_of_another_shape_or_of_values_the_container_cannot_hold_is_refused(
+    files, tmp_path
+):
+    _, covariates, outcomes = files
+    arrays = in_zarr(tmp_path, covariates[:, :2], outcomes + 0.5)
+    with pytest.raises(ValueError, match=r"has shape \(3000, 2\) .* not in shape"):
+        disk_rows.prepare_rows("X", arrays["X"], covariates[:SUBSET])
+    with pytest.raises(ValueError, match=r"store the array as int32"):
+        disk_rows.prepare_rows("y", arrays["y"], outcomes[:SUBSET])
+
+
 def test_the_kernels_and_the_tuning_functions_count_pages_together(files):
     where, covariates, outcomes = files
     subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
@@ -274,11 +341,12 @@ def test_a_full_pass_counts_the_pages_its_chunks_span(files):
     assert probe.pages._pages <= 2 * (N_ROWS * row_bytes / PAGE_BYTES + 2 * 2)
 
 
-def test_files_are_refused_by_the_jax_backend(files):
+def test_files_are_refused_by_the_jax_backend(files, tmp_path):
     where, covariates, outcomes = files
     subset = logistic(covariates[:SUBSET], outcomes[:SUBSET])
-    with pytest.raises(ValueError, match="sample data on disk with the default backend"):
-        SGLD(model=subset, data=on_disk(where), compile_kwargs={"mode": "JAX"})
+    for data in (on_disk(where), in_zarr(tmp_path, covariates, outcomes)):
+        with pytest.raises(ValueError, match="sample data on disk with the default backend"):
+            SGLD(model=subset, data=data, compile_kwargs={"mode": "JAX"})
 
 
 def test_a_step_given_data_refuses_to_share_the_model_with_other_steps(files):
