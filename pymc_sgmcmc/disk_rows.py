@@ -28,6 +28,7 @@ memory, and the copy is removed with the Zarr array object.
 from __future__ import annotations
 
 import mmap
+import os
 import shutil
 import tempfile
 import weakref
@@ -226,13 +227,16 @@ def stage_zarr(name: str, array, model_value: np.ndarray) -> DiskRows:
         raise
     key = id(array)
     _STAGED[key] = (weakref.ref(array), mapped)
-    weakref.finalize(array, _remove_copy, key, directory)
+    weakref.finalize(array, _remove_copy, key, directory, os.getpid())
     return mapped
 
 
-def _remove_copy(key, directory) -> None:
+def _remove_copy(key, directory, owner: int) -> None:
     _STAGED.pop(key, None)
-    shutil.rmtree(directory, ignore_errors=True)
+    # A forked chain process holds a copy of the Zarr array object, and may
+    # drop it while the process that made the file still reads it.
+    if os.getpid() == owner:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def is_run(indices) -> bool:

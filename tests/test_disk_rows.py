@@ -1,6 +1,7 @@
 """Data given to the step method in place of the model's: in memory or memory-mapped files."""
 
 import gc
+import os
 import pickle
 import re
 from pathlib import Path
@@ -212,6 +213,22 @@ def test_a_zarr_array_is_copied_in_slabs_of_whole_chunks_once_and_removed_with_i
     path = Path(copy.filename)
     assert path.exists()
     del arrays, copy
+    gc.collect()
+    assert not path.exists()
+
+
+def test_a_forked_process_that_drops_the_zarr_array_leaves_its_copy(files, tmp_path):
+    _, covariates, outcomes = files
+    arrays = in_zarr(tmp_path, covariates, outcomes)
+    path = Path(disk_rows.prepare_rows("X", arrays["X"], covariates[:SUBSET]).filename)
+    child = os.fork()
+    if child == 0:
+        arrays.clear()
+        gc.collect()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert path.exists()
+    arrays.clear()
     gc.collect()
     assert not path.exists()
 
