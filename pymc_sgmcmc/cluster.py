@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -122,21 +122,34 @@ class ClusterPasses:
         self.address = client.scheduler.address
         self._recipe = _Recipe(uuid.uuid4().hex, density, dict(compile_kwargs), int(chunk_rows))
         self._connection = (os.getpid(), client, None)
+        self._sent = ()
 
     def __reduce__(self):
         # A spawned chain process connects to the same scheduler.
         return (_reconnected, (self.address, self._recipe))
 
     def _connected(self):
-        """Return this process's client and the recipe's future on the cluster."""
+        """Return this process's client and the recipe's future on the cluster.
+
+        The workers' copies of the density hold the data as it was when the
+        recipe was sent: data set anew since (``pm.set_data``) sends a new
+        recipe, which the workers build anew.
+        """
         pid, client, recipe = self._connection
         if pid != os.getpid():
             # A forked process shares no connection with its parent.
             from distributed import Client
 
             client, recipe = Client(self.address, set_as_default=False), None
+        values = tuple(data.get_value(borrow=True) for data in self._recipe.density.data)
+        if recipe is not None and any(
+            now is not sent for now, sent in zip(values, self._sent, strict=True)
+        ):
+            self._recipe = replace(self._recipe, token=uuid.uuid4().hex)
+            recipe = None
         if recipe is None:
             recipe = client.scatter(self._recipe, broadcast=True, hash=False)
+            self._sent = values
         self._connection = (os.getpid(), client, recipe)
         return client, recipe
 
@@ -163,4 +176,5 @@ def _reconnected(address, recipe) -> ClusterPasses:
     passes.address = address
     passes._recipe = recipe
     passes._connection = (None, None, None)
+    passes._sent = ()
     return passes

@@ -93,6 +93,21 @@ def test_passes_set_the_other_step_methods_variables_on_the_workers(client, rows
             np.testing.assert_allclose(value, reference, rtol=RELATIVE, atol=0)
 
 
+def test_data_set_anew_after_a_pass_reaches_the_workers(client, rows):
+    _, covariates, outcomes = rows
+    model = logistic(covariates, outcomes)
+    in_process = SGLD(model=model, tuning=TUNING)
+    on_cluster = SGLD(model=model, tuning=TUNING, client=client)
+    position = np.array([0.3, -0.4, 0.2])
+    on_cluster.compiled.probe.full(position)
+    with model:
+        pm.set_data({"X": covariates[::-1].copy(), "y": outcomes})
+    expected = in_process.compiled.probe.full(position)
+    found = on_cluster.compiled.probe.full(position)
+    for value, reference in zip(found, expected, strict=True):
+        np.testing.assert_allclose(value, reference, rtol=RELATIVE, atol=0)
+
+
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
 def test_chains_with_a_client_give_the_draws_of_chains_without(client, rows, context):
     _, covariates, outcomes = rows
