@@ -171,9 +171,10 @@ def stage_zarr(name: str, array, model_value: np.ndarray) -> DiskRows:
     """Return a Zarr array copied chunk by chunk into a memory-mapped ``.npy`` file.
 
     The copy lives in a directory of :func:`tempfile.mkdtemp` (set ``TMPDIR``
-    to move it), is made once per Zarr array object, and is removed when that
-    object is. At most :data:`STAGE_BYTES` (whole chunks) are read at a time,
-    and the written pages are released as they are flushed.
+    to move it), is made once per Zarr array object (again if its shape
+    changed), and is removed when that object is. At most
+    :data:`STAGE_BYTES` (whole chunks) are read at a time, and the written
+    pages are released as they are flushed.
 
     Parameters
     ----------
@@ -191,7 +192,7 @@ def stage_zarr(name: str, array, model_value: np.ndarray) -> DiskRows:
         values change when cast to the container's dtype.
     """
     staged = _STAGED.get(id(array))
-    if staged is not None and staged[0]() is array:
+    if staged is not None and staged[0]() is array and staged[1].shape == tuple(array.shape):
         return staged[1]
     if len(array.shape) != model_value.ndim or tuple(array.shape[1:]) != model_value.shape[1:]:
         raise ValueError(

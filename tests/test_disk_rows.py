@@ -217,6 +217,18 @@ def test_a_zarr_array_is_copied_in_slabs_of_whole_chunks_once_and_removed_with_i
     assert not path.exists()
 
 
+def test_a_zarr_array_grown_after_its_copy_is_copied_again(files, tmp_path):
+    _, covariates, outcomes = files
+    in_zarr(tmp_path, covariates[:1000], outcomes[:1000])
+    stored = zarr.open_array(str(tmp_path / "X.zarr"), mode="a")
+    first = disk_rows.prepare_rows("X", stored, covariates[:SUBSET])
+    stored.resize((N_ROWS, 3))
+    stored[1000:] = covariates[1000:]
+    second = disk_rows.prepare_rows("X", stored, covariates[:SUBSET])
+    assert len(first) == 1000
+    np.testing.assert_array_equal(second, covariates)
+
+
 def test_a_forked_process_that_drops_the_zarr_array_leaves_its_copy(files, tmp_path):
     _, covariates, outcomes = files
     arrays = in_zarr(tmp_path, covariates, outcomes)
