@@ -28,6 +28,7 @@ from pymc_sgmcmc.minibatch import MinibatchError
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
+from pymc_sgmcmc.tuning.epochs import epoch_steps
 
 __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
 
@@ -355,6 +356,7 @@ class StochasticGradientStep(ArrayStepShared):
             self._batches.full,
             self.measures,
             bool(self.density.other_blocks),
+            self._epochs(),
         )
         # Compiled (with Numba, at its first call) before PyMC forks its chain
         # processes, so they share it.
@@ -415,6 +417,18 @@ class StochasticGradientStep(ArrayStepShared):
         if not np.all(np.isfinite(values) & (values > 0)):
             raise ValueError("preconditioner must hold positive finite numbers.")
         return values, "auto"
+
+    def _epochs(self) -> float:
+        """Return the inner steps per epoch over which the minibatch noise sums to zero.
+
+        ``inf`` where it does not: batches drawn with replacement, other step
+        methods moving the rest of the model between draws, or a control-variate
+        centre that moves (``control_variate_refresh``).
+        """
+        batches = self._batches
+        if batches.replace or self.density.other_blocks or self.control_variate_refresh:
+            return np.inf
+        return epoch_steps(batches.n_rows, batches.batch_size)
 
     def _needs_measurements(self) -> bool:
         choices = self.choices

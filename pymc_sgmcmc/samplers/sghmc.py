@@ -23,12 +23,13 @@ friction as they are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from pymc_sgmcmc.dynamics import ChainInput, Dynamics, StateVariable
 from pymc_sgmcmc.step_method import StochasticGradientStep
+from pymc_sgmcmc.tuning.epochs import epoch_bound, noise_covariance
 
 __all__ = ["SGHMC", "Underdamped", "underdamped_variance_inflation"]
 
@@ -94,24 +95,46 @@ def _representatives(step_scales, frictions, count=16):
 
 @dataclass(frozen=True)
 class _UnderdampedGaussian:
-    """SGHMC on a Gaussian target, coordinate by coordinate in effective units."""
+    """SGHMC on a Gaussian target, coordinate by coordinate in effective units.
+
+    With ``epochs`` finite, minibatches run through epochs and the tuner
+    counts their noise as :func:`~pymc_sgmcmc.tuning.epochs.epoch_bound`
+    does, ``position_noise`` of it changing with the position.
+    """
 
     step_scales: np.ndarray
     frictions: np.ndarray
     critical_friction: float | None
+    epochs: float = field(default=np.inf, kw_only=True)
+    position_noise: float = field(default=0.0, kw_only=True)
 
     def inflation(self, step_size, curvature, noise):
         return self.largest_inflation(step_size, [curvature], noise)
 
     def largest_inflation(self, step_size, curvatures, noise):
         """Return the largest inflation over ``curvatures`` in one vectorised evaluation."""
-        values = underdamped_variance_inflation(
+        arguments = (
             step_size * self.step_scales[:, None],
             self.frictions[:, None],
             np.asarray(curvatures, dtype=float)[None, :],
-            noise,
         )
+        values = underdamped_variance_inflation(*arguments, noise)
+        if np.isfinite(self.epochs) and np.all(np.isfinite(values)):
+            base = underdamped_variance_inflation(*arguments)
+            position_noise = min(self.position_noise, noise)
+            fixed = noise - position_noise
+            steps, _, transition = _transitions(*arguments)
+            shock = np.stack([steps**2, steps], axis=-1)
+            epoch = noise_covariance(transition, shock, self.epochs)[..., 0, 0]
+            values = base + epoch_bound(
+                underdamped_variance_inflation(*arguments, fixed) - base,
+                arguments[2] * fixed * epoch,
+                underdamped_variance_inflation(*arguments, position_noise) - base,
+            )
         return float(np.max(values))
+
+    def with_epochs(self, epochs, position_noise=0.0):
+        return replace(self, epochs=epochs, position_noise=position_noise)
 
     def relaxation(self, step_size, curvature, noise=0.0):
         steps = underdamped_relaxation_steps(

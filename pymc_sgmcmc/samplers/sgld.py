@@ -20,12 +20,13 @@ noise weighs :math:`1 / \tau` times more at temperature :math:`\tau`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from pymc_sgmcmc.dynamics import ChainInput, Dynamics
 from pymc_sgmcmc.step_method import StochasticGradientStep
+from pymc_sgmcmc.tuning.epochs import epoch_bound, noise_covariance
 
 __all__ = ["SGLD", "Langevin", "langevin_variance_inflation"]
 
@@ -47,12 +48,35 @@ def langevin_variance_inflation(step_size, curvature, noise=0.0):
 
 @dataclass(frozen=True)
 class _LangevinGaussian:
-    """SGLD on a Gaussian target (see the module docstring)."""
+    """SGLD on a Gaussian target (see the module docstring).
+
+    With ``epochs`` finite, minibatches run through epochs and the tuner
+    counts their noise as :func:`~pymc_sgmcmc.tuning.epochs.epoch_bound`
+    does, ``position_noise`` of it changing with the position.
+    """
+
+    epochs: float = field(default=np.inf, kw_only=True)
+    position_noise: float = field(default=0.0, kw_only=True)
 
     def inflation(self, step_size, curvature, noise):
         if step_size * curvature >= 2.0:
             return np.inf
-        return langevin_variance_inflation(step_size, curvature, noise)
+        if not np.isfinite(self.epochs):
+            return langevin_variance_inflation(step_size, curvature, noise)
+        base = langevin_variance_inflation(step_size, curvature)
+        position_noise = min(self.position_noise, noise)
+        fixed = noise - position_noise
+        contraction = np.array([[1.0 - step_size * curvature]])
+        epoch = noise_covariance(contraction, np.array([step_size]), self.epochs)[0, 0]
+        bound = epoch_bound(
+            langevin_variance_inflation(step_size, curvature, fixed) - base,
+            curvature * fixed * epoch,
+            langevin_variance_inflation(step_size, curvature, position_noise) - base,
+        )
+        return base + float(bound)
+
+    def with_epochs(self, epochs, position_noise=0.0):
+        return replace(self, epochs=epochs, position_noise=position_noise)
 
     def relaxation(self, step_size, curvature, noise=0.0):
         contraction = abs(1.0 - step_size * curvature)

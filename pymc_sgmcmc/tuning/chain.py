@@ -27,7 +27,7 @@ from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.measure import Measurements, measure, measure_at_draws
 from pymc_sgmcmc.tuning.tempering import log_density_at_draws, tempering_sensitivity
 from pymc_sgmcmc.tuning.tuner import ChainSettings, UserChoices, choose_settings, fixed_settings
-from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine
+from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine, slowness
 
 __all__ = ["ChainAdapter", "ChainState"]
 
@@ -132,6 +132,9 @@ class ChainAdapter:
         Whether chains measure the posterior (otherwise every setting was given).
     other_blocks : bool
         Whether other step methods move the model's other variables (a compound step).
+    epochs : float, default inf
+        Inner steps per epoch of the minibatches, where their noise sums to
+        zero over an epoch (see :func:`~pymc_sgmcmc.tuning.tuner.choose_settings`).
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class ChainAdapter:
         full_batches: bool,
         measures: bool,
         other_blocks: bool,
+        epochs: float = np.inf,
     ):
         self.name = name
         self.dynamics = dynamics
@@ -155,6 +159,7 @@ class ChainAdapter:
         self.full_batches = full_batches
         self.measures = measures
         self.other_blocks = other_blocks
+        self.epochs = epochs
         # Tune draws refine the settings only where the tuner chose the metric;
         # not in a compound step (the other blocks move under this one), nor at
         # temperature 0 (optimisation), whose draws have no spread.
@@ -164,6 +169,17 @@ class ChainAdapter:
             and dynamics.accepts_metric()
             and not other_blocks
             and choices.temperature > 0
+        )
+
+    def settings(self, measurements, choices: UserChoices | None = None) -> ChainSettings:
+        """Return the tuner's settings for ``measurements`` (the user's choices by default)."""
+        return choose_settings(
+            self.dynamics,
+            measurements,
+            choices or self.choices,
+            self.tuning,
+            self.name,
+            self.epochs,
         )
 
     def adapt(self, chain: ChainState, position, rng, start: bool, tune: bool):
@@ -197,9 +213,7 @@ class ChainAdapter:
                 self.tuning,
                 self.full_batches,
             )
-            chain.settings = choose_settings(
-                self.dynamics, measurements, self.choices, self.tuning, self.name
-            )
+            chain.settings = self.settings(measurements)
             chain.measurements = measurements
             chain.centre = measurements.centre
             chain.steps_since_refresh = 0
@@ -238,9 +252,7 @@ class ChainAdapter:
             return
         budget = self.travel_budget() if budget is None else budget
         travel_choices = replace(self.choices, bias_budget=budget)
-        travel = choose_settings(
-            self.dynamics, chain.measurements, travel_choices, self.tuning, self.name
-        )
+        travel = self.settings(chain.measurements, travel_choices)
         if travel.relaxation < chain.settings.relaxation:
             chain.settings = travel
             chain.travelling = True
@@ -261,9 +273,7 @@ class ChainAdapter:
             )
         chain.centre = chain.measurements.centre
         chain.steps_since_refresh = 0
-        chain.settings = choose_settings(
-            self.dynamics, chain.measurements, self.choices, self.tuning, self.name
-        )
+        chain.settings = self.settings(chain.measurements)
         _log.info(
             "%s: the chain %s; it travelled %d tune draws at a bias budget of %g and was "
             "measured again where it went.",
@@ -308,9 +318,7 @@ class ChainAdapter:
         """
         budget = chain.travel_budget / 4.0
         chain.travelling = False
-        chain.settings = choose_settings(
-            self.dynamics, chain.measurements, self.choices, self.tuning, self.name
-        )
+        chain.settings = self.settings(chain.measurements)
         _log.info(
             "%s: a travelling step diverged at a bias budget of %g; the chain went back to "
             "its last draw.",
@@ -356,6 +364,12 @@ class ChainAdapter:
         # in the model's coordinates and compound the inflation.
         if settings.predicted_inflation > self.choices.bias_budget:
             return None
+        slower = self.check_slowness(chain, draws)
+        if slower:
+            settings = chain.settings
+            independent = independent_draws(
+                len(draws), settings.steps_per_draw, settings.relaxation
+            )
         skewed = self.check_tempering(chain, draws, independent, rng)
         # A covariance needs more independent draws than a covariance with log p.
         check = None
@@ -365,7 +379,7 @@ class ChainAdapter:
             )
         disagrees = check is not None and check.disagrees
         if not (skewed or disagrees):
-            return None
+            return settings.warnings if slower else None
         messages = []
         if disagrees:
             chain.measurements = refine(
@@ -383,10 +397,37 @@ class ChainAdapter:
                 f"at the mode by a factor {check.worst_ratio:.2g} along one direction; the "
                 "metric, noise and step size were measured again where the chain went."
             )
-        chain.settings = choose_settings(
-            self.dynamics, chain.measurements, self.choices, self.tuning, self.name
-        )
+        chain.settings = self.settings(chain.measurements)
         return [*messages, *(m for m in chain.settings.warnings if m not in settings.warnings)]
+
+    def check_slowness(self, chain: ChainState, draws: np.ndarray) -> bool:
+        """Give draws more inner steps where a window's draws decorrelate too slowly; True if so.
+
+        The window's draws are compared with the relaxation the settings
+        assumed (:func:`~pymc_sgmcmc.tuning.windows.slowness`); a chain
+        slower by more than ``slowness_threshold`` keeps that factor in its
+        measurements, and the tuner lengthens its draws by it (up to
+        ``max_steps_per_draw`` inner steps).
+        """
+        settings = chain.settings
+        if self.choices.steps_per_draw is not None:
+            return False
+        if settings.steps_per_draw >= self.tuning.max_steps_per_draw:
+            return False
+        factor = slowness(draws, settings.steps_per_draw, settings.relaxation)
+        if factor <= self.tuning.slowness_threshold:
+            return False
+        total = chain.measurements.slowness * factor
+        chain.measurements = replace(chain.measurements, slowness=total)
+        chain.settings = self.settings(chain.measurements)
+        _log.info(
+            "%s: the tune draws decorrelated %.3g times more slowly than the Gaussian model "
+            "predicts; each draw now takes %d inner steps.",
+            self.name,
+            total,
+            chain.settings.steps_per_draw,
+        )
+        return True
 
     def check_tempering(self, chain: ChainState, draws: np.ndarray, independent: float, rng):
         """Measure how far the chain's variance inflation moves the means; True if too far.

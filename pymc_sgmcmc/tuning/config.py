@@ -72,6 +72,11 @@ class TuningConfig:
         Relative cost of one inner step of each gradient estimator.
     max_steps_per_draw : int
         Cap on the inner steps per recorded draw chosen from the relaxation time.
+    slowness_threshold : float
+        Factor by which a tune window's draws must decorrelate more slowly
+        than the Gaussian model predicts before the chain's draws are
+        lengthened by it (the smallest bulk ESS of a hundred draws scatters
+        by tens of percent).
     slow_relaxation : float
         Relaxation time (inner steps) above which the step warns that the
         bias budget forces tiny steps, and above which a chain's first tune
@@ -123,6 +128,7 @@ class TuningConfig:
     curvature_grid: int = 8
     estimator_cost: dict = field(default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0})
     max_steps_per_draw: int = 1000
+    slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0
     travel_budget: float = 1.0
     travel_shift: float = 3.0

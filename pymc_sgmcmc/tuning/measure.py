@@ -74,6 +74,10 @@ class Measurements:
     full_batches : bool
         Whether every minibatch the chain draws holds all N rows (a batch size
         of N without replacement), so that its gradient estimates are exact.
+    slowness : float
+        How many times more slowly than the Gaussian model predicts the
+        chain's tune draws decorrelated (:func:`~pymc_sgmcmc.tuning.windows.slowness`);
+        1 until a window has shown it slower.
     """
 
     mode: np.ndarray
@@ -90,6 +94,7 @@ class Measurements:
     tempering_sensitivity: float = 0.0
     at_start: bool = False
     full_batches: bool = False
+    slowness: float = 1.0
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.

@@ -169,6 +169,7 @@ def choose_settings(
     choices: UserChoices,
     config: TuningConfig | None = None,
     sampler_name: str = "",
+    epochs: float = np.inf,
 ) -> ChainSettings:
     """Choose a chain's settings from its measurements.
 
@@ -184,6 +185,12 @@ def choose_settings(
         The tuner's constants.
     sampler_name : str
         Name used in the warnings.
+    epochs : float, default inf
+        Inner steps per epoch of the chain's minibatches, whose noise then
+        sums to zero over an epoch (:mod:`pymc_sgmcmc.tuning.epochs`); ``inf``
+        where it does not (batches drawn with replacement, other step methods
+        moving the rest of the model, a control-variate centre that moves).
+        Counted only by dynamics whose Gaussian model is exact.
 
     Returns
     -------
@@ -230,11 +237,14 @@ def choose_settings(
 
     candidates = []
     gradient_work = 2.0 * measurements.batch_size * size
-    for metric, preconditioner, factor, (smallest, largest), model in options:
+    for metric, preconditioner, factor, (smallest, largest), base_model in options:
         curvatures = np.geomspace(smallest, largest, config.curvature_grid)
         metric_cost = 1.0 + metric.extra_work(size) / gradient_work
         for estimator in choices.estimators:
             noise = measurements.noise(estimator, factor)
+            model = _on_epochs(
+                dynamics, base_model, measurements, factor, noise, epochs, temperature
+            )
             tuned = _largest_step_size(model, curvatures, noise / temperature, budget)
             step_size = constant or tuned
             relaxation = max(
@@ -267,6 +277,10 @@ def choose_settings(
     relaxation, metric, preconditioner = best["relaxation"], best["metric"], best["preconditioner"]
     model, curvatures, factor = best["model"], best["curvatures"], best["factor"]
 
+    # Where tune draws decorrelated more slowly than the Gaussian model
+    # predicts, a draw takes that many more inner steps.
+    predicted_relaxation = relaxation
+    relaxation = relaxation * measurements.slowness
     steps_per_draw = choices.steps_per_draw or int(
         np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)
     )
@@ -275,7 +289,7 @@ def choose_settings(
     else:
         schedule = given
     if given is None:
-        if relaxation > config.slow_relaxation:
+        if predicted_relaxation > config.slow_relaxation:
             advice = (
                 "a larger batch_size or a larger bias_budget"
                 if estimator == "control_variate"
@@ -283,7 +297,8 @@ def choose_settings(
             )
             warnings.append(
                 f"{sampler_name}: meeting the bias budget needs step size {step_size:.3g}, so "
-                f"the chain decorrelates only every ~{relaxation:.0f} inner steps; use {advice}."
+                f"the chain decorrelates only every ~{predicted_relaxation:.0f} inner steps; "
+                f"use {advice}."
             )
     inflation = np.nan
     if constant is not None or given is None:
@@ -331,6 +346,22 @@ def choose_settings(
         metric,
         float(relaxation),
     )
+
+
+def _on_epochs(dynamics, model, measurements, factor, noise, epochs, temperature):
+    """Return ``model`` counting the noise on epochs (:mod:`pymc_sgmcmc.tuning.epochs`).
+
+    The control variate's noise is the part that changes with the position,
+    so where it was measured the plain estimator's noise splits into that
+    part and the rest; where it was not, the noise counts as independent.
+    Noise variances are divided by the ``temperature``, as the model takes them.
+    """
+    if not (np.isfinite(epochs) and dynamics.exact_gaussian_model):
+        return model
+    if "control_variate" not in measurements.noise_covariance:
+        return model
+    position_noise = min(measurements.noise("control_variate", factor), noise)
+    return model.with_epochs(epochs, position_noise / temperature)
 
 
 def _candidate_metrics(dynamics, measurements, choices, config):
