@@ -428,7 +428,9 @@ class StochasticGradientStep(ArrayStepShared):
         batches = self._batches
         if batches.replace or self.density.other_blocks or self.control_variate_refresh:
             return np.inf
-        return epoch_steps(batches.n_rows, batches.batch_size)
+        steps = epoch_steps(batches.n_rows, batches.batch_size)
+        # An epoch of one batch holds every row: such batches have no noise.
+        return steps if steps >= 2 else np.inf
 
     def _needs_measurements(self) -> bool:
         choices = self.choices

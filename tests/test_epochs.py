@@ -7,9 +7,11 @@ import pymc as pm
 import pytest
 
 from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.samplers.sghmc import Underdamped, underdamped_variance_inflation
 from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
+from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.epochs import EPOCH_MARGIN, epoch_steps, noise_covariance
 from pymc_sgmcmc.tuning.windows import slowness
 
@@ -243,6 +245,8 @@ def test_step_methods_pass_their_epochs_to_the_tuner_only_where_the_noise_sums_t
         assert SGHMC(batch_size=100).adapter.epochs == 3
         assert SGLD(batch_size=40, replace=True).adapter.epochs == np.inf
         assert SGLD(batch_size=40, control_variate_refresh=20).adapter.epochs == np.inf
+        assert SGLD(batch_size=300).adapter.epochs == np.inf  # every row in every batch
+        assert SGLD(batch_size=299).adapter.epochs == 2
         compound = SGLD(vars=[model["beta"]], batch_size=40)
         assert compound.adapter.epochs == np.inf
 
@@ -315,3 +319,30 @@ def test_slowness_tells_slow_draws_from_independent_ones():
     expected = (1 + correlation**2) / (1 - correlation**2) / predicted
     assert 0.5 * expected < slowness(draws, 50, 50.0) < 2 * expected
     assert slowness(draws, 50, 50.0) > TuningConfig().slowness_threshold
+
+
+def ar_draws(correlation, n_draws, size, seed):
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_draws, size))
+    draws[0] = rng.normal(size=size)
+    for index in range(1, n_draws):
+        innovation = np.sqrt(1 - correlation**2) * rng.normal(size=size)
+        draws[index] = correlation * draws[index - 1] + innovation
+    return draws
+
+
+def test_a_window_of_slow_draws_lengthens_the_chains_draws_and_independent_ones_do_not():
+    dynamics = Langevin()
+    adapter = ChainAdapter("SGLD", dynamics, None, CHOICES, TuningConfig(), 100, False, True, False)
+    chain = ChainState(IndexStream(1000, 100))
+    chain.measurements = measurements(20.0, 20.0)
+    chain.settings = adapter.settings(chain.measurements)
+    before = chain.settings.steps_per_draw
+    independent = ar_draws(np.exp(-1.0), 100, 2, 9)  # one relaxation apart, as predicted
+    assert not adapter.check_slowness(chain, independent)
+    assert chain.settings.steps_per_draw == before
+    assert not adapter.check_slowness(chain, ar_draws(0.6, 100, 2, 10))  # 1.9x, under 3x
+    slow = ar_draws(0.98, 100, 2, 10)
+    assert adapter.check_slowness(chain, slow)
+    assert chain.measurements.slowness > TuningConfig().slowness_threshold
+    assert chain.settings.steps_per_draw > TuningConfig().slowness_threshold * before

@@ -74,6 +74,8 @@ def epoch_lag_sum(alpha, beta, epochs: float):
     product = alpha * beta
     if not np.isfinite(epochs):
         return 1.0 / (1.0 - product)
+    if epochs < 2:
+        raise ValueError(f"epochs must be at least 2 steps, got {epochs}.")
     length = float(epochs)
 
     def partial_sum(ratio):
