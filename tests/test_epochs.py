@@ -10,9 +10,18 @@ from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.samplers.sghmc import Underdamped, underdamped_variance_inflation
 from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
+from pymc_sgmcmc.samplers.sgrld import RiemannianLangevin
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
-from pymc_sgmcmc.tuning.epochs import EPOCH_MARGIN, epoch_steps, noise_covariance
+from pymc_sgmcmc.tuning.epochs import (
+    EPOCH_MARGIN,
+    NEAR_ONE,
+    _lag_sum_by_terms,
+    _lag_sum_closed_form,
+    epoch_lag_sum,
+    epoch_steps,
+    noise_covariance,
+)
 from pymc_sgmcmc.tuning.windows import slowness
 
 N_CHAINS = 20_000
@@ -71,6 +80,31 @@ def test_the_closed_form_matches_the_sum_over_lag_pairs(transition, epochs):
     # Near critical damping the two eigenvectors are nearly parallel (their
     # eigenvalues differ by about 2 (h sqrt(a))^1.5), which costs digits.
     np.testing.assert_allclose(noise_covariance(matrix, shock, epochs), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("distance", [1e-6, 1e-9, 1e-12, 1e-15, 0.0])
+def test_eigenvalues_near_one_keep_their_digits(distance):
+    # Near alpha = beta = 1 - d the geometric sums cancel to order (d E)^2;
+    # to first order in d the current epoch gives (E + 1) / 6 - 2 d (E - 2)(E + 1) / 24
+    # and the complete epochs E (E + 1) / 12 * d^2 / (2 d).
+    epochs = 50
+    expected = (epochs + 1) / 6 + distance * (
+        epochs * (epochs + 1) / 24 - (epochs - 2) * (epochs + 1) / 12
+    )
+    value = epoch_lag_sum(1 - distance, 1 - distance, epochs)
+    np.testing.assert_allclose(value, expected, rtol=1e-9)
+    # One eigenvalue near one, the other not: continuous in the distance.
+    mixed = epoch_lag_sum(1 - distance, 0.5, epochs)
+    assert abs(mixed - epoch_lag_sum(1.0, 0.5, epochs)) <= 10 * distance * epochs
+
+
+def test_the_closed_form_and_the_term_by_term_sum_agree_where_they_meet():
+    epochs = 200
+    for distance in np.geomspace(1, 10, 5) * NEAR_ONE / epochs:
+        for other in (1 - distance, 1 - 3 * distance, 0.9, 0.6 + 0.3j):
+            pair = np.array([1 - distance], dtype=complex), np.array([other], dtype=complex)
+            closed = _lag_sum_closed_form(*pair, float(epochs))
+            np.testing.assert_allclose(closed, _lag_sum_by_terms(*pair, epochs), rtol=1e-7)
 
 
 def test_independent_noise_is_the_limit_of_long_epochs():
@@ -290,6 +324,14 @@ def test_the_tuner_takes_larger_steps_where_epochs_cancel_noise_that_does_not_mo
     moving = choose_settings(dynamics, measurements(2000.0, 2000.0), plain, epochs=10.0)
     alone = choose_settings(dynamics, measurements(2000.0, 2000.0), plain)
     assert moving.step_size.value == pytest.approx(alone.step_size.value)
+
+
+def test_a_metric_that_moves_with_the_position_takes_no_credit_for_epochs():
+    plain = replace(CHOICES, estimators=("minibatch",))
+    dynamics = RiemannianLangevin()
+    on_epochs = choose_settings(dynamics, measurements(2000.0, 2.0), plain, epochs=10.0)
+    independent = choose_settings(dynamics, measurements(2000.0, 2.0), plain)
+    assert on_epochs.step_size.value == independent.step_size.value
 
 
 def test_a_slow_chain_takes_proportionally_more_inner_steps_per_draw():

@@ -75,6 +75,9 @@ class RiemannianLangevin(Dynamics):
         ChainInput("floor", scalar=True),
     )
     position_inputs = ("inverse_metric", "correction")
+    # The model holds at the mode's metric only: where the metric moves with
+    # the position, an epoch's minibatch noise no longer sums to zero.
+    exact_gaussian_model = False
 
     def __init__(self, floor=0.01):
         if not (np.isfinite(floor) and floor > 0):

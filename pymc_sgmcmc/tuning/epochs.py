@@ -40,9 +40,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EPOCH_MARGIN", "epoch_bound", "epoch_lag_sum", "epoch_steps", "noise_covariance"]
+__all__ = [
+    "EPOCH_MARGIN",
+    "NEAR_ONE",
+    "epoch_bound",
+    "epoch_lag_sum",
+    "epoch_steps",
+    "noise_covariance",
+]
 
 EPOCH_MARGIN = 2.0
+# Below this |log(eigenvalue)| E the closed form's cancellation costs half its digits.
+NEAR_ONE = 1e-2
 
 
 def epoch_steps(n_rows: int, batch_size: int) -> float:
@@ -58,6 +67,13 @@ def epoch_steps(n_rows: int, batch_size: int) -> float:
 def epoch_lag_sum(alpha, beta, epochs: float):
     r"""Return :math:`S(\alpha, \beta)`, unit noise summed over all pairs of lags.
 
+    The closed form, geometric sums over an epoch, loses its digits where an
+    eigenvalue is close to one: its terms of order :math:`E` cancel down to
+    terms of order :math:`(1 - \lambda) E` squared. Where
+    :math:`|\log \lambda|\, E` is below :data:`NEAR_ONE` the sum is taken
+    term by term instead, over deviations :math:`\lambda^k - 1` that keep
+    their digits (:func:`_lag_sum_by_terms`).
+
     Parameters
     ----------
     alpha, beta : complex array_like
@@ -69,14 +85,28 @@ def epoch_lag_sum(alpha, beta, epochs: float):
     -------
     complex ndarray
     """
-    alpha = np.asarray(alpha, dtype=complex)
-    beta = np.asarray(beta, dtype=complex)
+    alpha, beta = np.broadcast_arrays(
+        np.asarray(alpha, dtype=complex), np.asarray(beta, dtype=complex)
+    )
     product = alpha * beta
     if not np.isfinite(epochs):
         return 1.0 / (1.0 - product)
     if epochs < 2:
         raise ValueError(f"epochs must be at least 2 steps, got {epochs}.")
     length = float(epochs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sums = _lag_sum_closed_form(alpha, beta, length)
+        nearest = np.minimum(np.abs(np.log(alpha)), np.abs(np.log(beta))) * length
+    near = (nearest < NEAR_ONE) & (alpha != 0) & (beta != 0)
+    if np.any(near):
+        sums = np.array(sums, dtype=complex)
+        sums[near] = _lag_sum_by_terms(alpha[near], beta[near], int(length))
+    return sums
+
+
+def _lag_sum_closed_form(alpha, beta, length):
+    """Return :func:`epoch_lag_sum` from geometric sums over an epoch."""
+    product = alpha * beta
 
     def partial_sum(ratio):
         # sum of ratio**k for k < E, accurate where ratio is close to one
@@ -95,6 +125,46 @@ def epoch_lag_sum(alpha, beta, epochs: float):
         (length - 1.0) * (1.0 - alpha) * (1.0 - beta)
     )
     return (complete + current) / length
+
+
+def _lag_sum_by_terms(alpha, beta, length):
+    r"""Return :func:`epoch_lag_sum` for eigenvalues near one, term by term.
+
+    An epoch's exchangeable noise is :math:`\sqrt{E / (E - 1)}` times
+    independent unit noise less its epoch mean, so each epoch adds the
+    centred cross products of its weights :math:`\alpha^k`, :math:`\beta^k`;
+    centring leaves them unchanged by a shift, so the weights enter as
+    :math:`\lambda^k - 1` (``expm1``), small numbers with all their digits.
+    The current epoch's future steps have weight zero.
+    """
+    lags = np.arange(length, dtype=float)
+    phases = lags  # steps of the current epoch taken so far
+    scale = length / (length - 1.0)
+    result = np.empty(alpha.shape, dtype=complex)
+    for index, (first, second) in enumerate(zip(alpha, beta, strict=True)):
+        first_deviation = np.expm1(lags * np.log(first))
+        second_deviation = np.expm1(lags * np.log(second))
+        cross = first_deviation * second_deviation
+        # Every complete epoch: the same centred cross products, decayed by
+        # (alpha beta)**E per epoch back and averaged over the phase.
+        centred = cross.sum() - first_deviation.sum() * second_deviation.sum() / length
+        # (no deviation, as where an eigenvalue is one, leaves nothing to decay)
+        decay = -np.expm1(np.log(first) + np.log(second))
+        complete = 0.0 if centred == 0 else scale * centred / decay
+        # The current epoch after p steps (weights one plus the deviations
+        # on its first p lags, zero on the rest), summed over p < E.
+        first_sums = np.concatenate([[0.0], np.cumsum(first_deviation)[:-1]])
+        second_sums = np.concatenate([[0.0], np.cumsum(second_deviation)[:-1]])
+        cross_sums = np.concatenate([[0.0], np.cumsum(cross)[:-1]])
+        remaining = 1.0 - phases / length
+        current = scale * np.sum(
+            phases * remaining
+            + (first_sums + second_sums) * remaining
+            + cross_sums
+            - first_sums * second_sums / length
+        )
+        result[index] = (complete + current) / length
+    return result
 
 
 def noise_covariance(transition, shock, epochs: float = np.inf):
