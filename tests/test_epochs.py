@@ -252,7 +252,9 @@ def test_the_tuning_models_bound_the_noise_on_epochs(dynamics):
         exact = (noise - position_noise) * noise_covariance(matrix, shock, 10)[0, 0]
         expected = base + max(min(fixed, EPOCH_MARGIN * exact), position)
         assert on_epochs.inflation(step_size, 1.0, noise) == pytest.approx(expected, rel=1e-9)
-        assert on_epochs.inflation(step_size, 1.0, noise) <= model.inflation(step_size, 1.0, noise)
+        # (within rounding: the models scale the inflation of unit noise)
+        independent = model.inflation(step_size, 1.0, noise)
+        assert on_epochs.inflation(step_size, 1.0, noise) <= independent * (1 + 1e-12)
 
 
 def test_epoch_length_rounds_up():

@@ -121,15 +121,15 @@ class _UnderdampedGaussian:
         values = underdamped_variance_inflation(*arguments, noise)
         if np.isfinite(self.epochs) and np.all(np.isfinite(values)):
             base = underdamped_variance_inflation(*arguments)
-            position_noise = min(self.position_noise, noise)
-            fixed = noise - position_noise
+            # The inflation grows linearly with the noise: this much per unit.
+            independent = underdamped_variance_inflation(*arguments, 1.0) - base
             steps, _, transition = _transitions(*arguments)
             shock = np.stack([steps**2, steps], axis=-1)
-            epoch = noise_covariance(transition, shock, self.epochs)[..., 0, 0]
+            epoch = arguments[2] * noise_covariance(transition, shock, self.epochs)[..., 0, 0]
+            position_noise = min(self.position_noise, noise)
+            fixed = noise - position_noise
             values = base + epoch_bound(
-                underdamped_variance_inflation(*arguments, fixed) - base,
-                arguments[2] * fixed * epoch,
-                underdamped_variance_inflation(*arguments, position_noise) - base,
+                fixed * independent, fixed * epoch, position_noise * independent
             )
         return float(np.max(values))
 

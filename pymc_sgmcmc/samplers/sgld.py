@@ -64,15 +64,13 @@ class _LangevinGaussian:
         if not np.isfinite(self.epochs):
             return langevin_variance_inflation(step_size, curvature, noise)
         base = langevin_variance_inflation(step_size, curvature)
+        # The inflation grows linearly with the noise: this much per unit.
+        independent = langevin_variance_inflation(step_size, curvature, 1.0) - base
+        contraction = np.array([[1.0 - step_size * curvature]])
+        epoch = curvature * noise_covariance(contraction, np.array([step_size]), self.epochs)[0, 0]
         position_noise = min(self.position_noise, noise)
         fixed = noise - position_noise
-        contraction = np.array([[1.0 - step_size * curvature]])
-        epoch = noise_covariance(contraction, np.array([step_size]), self.epochs)[0, 0]
-        bound = epoch_bound(
-            langevin_variance_inflation(step_size, curvature, fixed) - base,
-            curvature * fixed * epoch,
-            langevin_variance_inflation(step_size, curvature, position_noise) - base,
-        )
+        bound = epoch_bound(fixed * independent, fixed * epoch, position_noise * independent)
         return base + float(bound)
 
     def with_epochs(self, epochs, position_noise=0.0):
