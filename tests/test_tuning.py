@@ -1,5 +1,7 @@
 """The Gaussian models behind the step-size rules, and the tuner that uses them."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -193,6 +195,23 @@ def test_at_a_given_step_size_the_estimator_within_the_budget_wins():
         step_size=ConstantStepSize(1.0), estimators=("minibatch", "control_variate")
     )
     assert choose_settings(Langevin(), measurements, too_large).estimator == "control_variate"
+
+
+def test_slow_chains_are_advised_control_variates_only_where_they_were_not_weighed():
+    # The control variate as noisy as the plain estimator: the plain one is
+    # chosen as the cheaper, and the chain relaxes slowly either way.
+    measurements = gaussian_measurements(noise=2000.0)
+    noisy = {name: 2000.0 * np.eye(2) for name in ("minibatch", "control_variate")}
+    measurements = replace(measurements, noise_covariance=noisy)
+    config = TuningConfig(slow_relaxation=10.0)
+    both = choices(estimators=("minibatch", "control_variate"))
+    settings = choose_settings(Langevin(), measurements, both, config)
+    (warning,) = [message for message in settings.warnings if "decorrelates" in message]
+    assert settings.estimator == "minibatch"
+    assert "control_variate=True" not in warning
+    assert "larger batch_size" in warning
+    plain = choose_settings(Langevin(), measurements, choices(), config)
+    assert any("control_variate=True" in message for message in plain.warnings)
 
 
 def test_zero_temperature_is_called_optimisation():
