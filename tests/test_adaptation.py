@@ -15,7 +15,7 @@ from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
-from pymc_sgmcmc.tuning.measure import measure_noise
+from pymc_sgmcmc.tuning.measure import laplace, measure_noise
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,25 @@ def test_measured_scale_and_curvatures_of_a_gaussian_posterior(gaussian):
     assert smallest == pytest.approx(1 / (1 + rho), rel=1e-6)
     assert largest == pytest.approx(1 / (1 - rho), rel=1e-6)
     assert measurements.log_concave
+
+
+def test_a_flat_direction_off_log_concave_regions_takes_the_draws_scale():
+    # A saddle whose second coordinate is nearly flat (a scale whose gradient
+    # vanishes where the chain went): the curvature alone claims a variance
+    # of 1e34, which would make every step size vanish.
+    hessian = np.array([[-4.0, 3.0], [3.0, -1e-34]])
+    log_concave, variance, factor = laplace(hessian)
+    assert not log_concave and variance[1] == pytest.approx(1e34)
+    _, bounded, factor = laplace(hessian, draw_variance=np.array([0.5, 2.0]))
+    np.testing.assert_allclose(bounded, [0.25, 2.0])
+    np.testing.assert_allclose(factor @ factor.T, np.diag(bounded))
+    # Draws that did not move (zero variance) leave the curvature's scale.
+    _, unmoved, _ = laplace(hessian, draw_variance=np.array([0.0, 2.0]))
+    assert unmoved[0] == pytest.approx(0.25)
+    # Where the Hessian is negative definite the Laplace picture holds as it is.
+    concave, exact, _ = laplace(np.diag([-4.0, -0.5]), draw_variance=np.array([0.01, 0.01]))
+    assert concave
+    np.testing.assert_allclose(exact, [0.25, 2.0])
 
 
 def test_control_variate_estimate_is_exact_on_average_and_quieter(gaussian):

@@ -364,11 +364,14 @@ def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, confi
     )
 
 
-def laplace(hessian):
+def laplace(hessian, draw_variance=None):
     """Return whether ``hessian`` is negative definite, and the Laplace variances and factor.
 
     Off log-concave regions the variances are ``1 / |diag(hessian)|`` and the
-    factor their diagonal square root.
+    factor their diagonal square root. There a curvature near zero (a flat
+    direction, e.g. a scale whose gradient vanishes) would claim a variance
+    without bound; where draws were measured (``draw_variance``, positive
+    entries only) the variance is at most theirs.
     """
     try:
         factor = np.linalg.cholesky(np.linalg.inv(-hessian))
@@ -376,6 +379,9 @@ def laplace(hessian):
     except np.linalg.LinAlgError:
         diagonal = np.abs(np.diag(hessian))
         variance = 1.0 / np.where(diagonal > 0, diagonal, 1.0)
+        if draw_variance is not None:
+            measured = np.asarray(draw_variance, dtype=float)
+            variance = np.where(measured > 0, np.minimum(variance, measured), variance)
         return False, variance, np.diag(np.sqrt(variance))
 
 
@@ -393,7 +399,7 @@ def measure_at_draws(
     hessian = estimate_hessian(probe, middle, rng, config, scale=hessian_sds(measurements.hessian))
     if not np.all(np.isfinite(hessian)):
         return measurements
-    log_concave, variance, factor = laplace(hessian)
+    log_concave, variance, factor = laplace(hessian, draws.var(axis=0))
     centre = probe.centre(middle)
     noise = noise_again(measurements, probe, draws, rng, estimators, centre, config)
     return replace(
