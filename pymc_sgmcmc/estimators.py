@@ -23,6 +23,23 @@ same graphs for the measurements, so every formula exists once.
   the state nears the centre instead of growing with N. Keeping
   :math:`\hat\phi` in the centre is what keeps it unbiased when another step
   method moves :math:`\phi` between draws.
+- :func:`second_order_control_variate_gradient`: the control variate less its
+  first-order error. Its noise near the centre is the minibatch's error in
+  the curvature, :math:`(\hat H_S - H)(\theta - \hat\theta)`; subtracting the
+  minibatch's Hessian-vector product at the centre and adding the full
+  data's,
+
+  .. math::
+
+      \ldots + H(\hat\theta)\, \delta
+      - \frac{N}{B} \sum_{i \in S} \nabla^2 \log p(y_i \mid \hat\theta)\, \delta,
+      \qquad \delta = \theta - \hat\theta,
+
+  leaves noise of second order in :math:`\delta` (none where the likelihood
+  is quadratic). It stays unbiased only with the exact full-data Hessian
+  :math:`H(\hat\theta)`, summed over all rows from the same Hessian-vector
+  products (:meth:`Probe.likelihood_hessian`). A step costs about two more
+  gradient passes than the control variate's.
 """
 
 from __future__ import annotations
@@ -33,6 +50,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import ParameterValueError
+from pytensor.gradient import grad
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
@@ -48,6 +66,7 @@ __all__ = [
     "Probe",
     "control_variate_gradient",
     "minibatch_gradient",
+    "second_order_control_variate_gradient",
 ]
 
 
@@ -58,7 +77,7 @@ class GradientEstimator:
     Attributes
     ----------
     name : str
-        ``"minibatch"`` or ``"control_variate"``.
+        A key of :data:`ESTIMATORS`.
     gradient : Variable
         The estimate, a function of ``density.position``, ``density.indices``
         and ``inputs``.
@@ -88,16 +107,21 @@ class Centre:
     blocks : tuple of ndarray
         Values of the other free variables at the centre, in the order of
         ``density.other_blocks``.
+    likelihood_hessian : ndarray, optional
+        Full-data log-likelihood Hessian there, for the second-order control variate.
     """
 
     position: np.ndarray
     likelihood_gradient: np.ndarray
     blocks: tuple = ()
+    likelihood_hessian: np.ndarray | None = None
 
     def inputs(self) -> dict[str, np.ndarray]:
-        """Return the control-variate estimator's inputs by name."""
+        """Return the control-variate estimators' inputs by name."""
         named = {"centre": self.position, "centre_likelihood_gradient": self.likelihood_gradient}
         named.update({f"centre_block_{i}": value for i, value in enumerate(self.blocks)})
+        if self.likelihood_hessian is not None:
+            named["centre_likelihood_hessian"] = self.likelihood_hessian
         return named
 
 
@@ -108,6 +132,19 @@ def minibatch_gradient(density: MinibatchLogDensity) -> GradientEstimator:
 
 def control_variate_gradient(density: MinibatchLogDensity) -> GradientEstimator:
     """Return the control-variate gradient estimate centred at an input point."""
+    inputs, at_centre = _at_centre(density)
+    gradient = (
+        density.prior_gradient
+        + inputs["centre_likelihood_gradient"]
+        + density.likelihood_gradient
+        - at_centre
+    )
+    coordinates = frozenset({"centre", "centre_likelihood_gradient"})
+    return GradientEstimator("control_variate", gradient, inputs, coordinates)
+
+
+def _at_centre(density: MinibatchLogDensity):
+    """Return the centre's inputs and the minibatch likelihood gradient at the centre."""
     centre = pt.vector("centre", dtype="float64")
     centre_gradient = pt.vector("centre_likelihood_gradient", dtype="float64")
     blocks = {
@@ -117,14 +154,47 @@ def control_variate_gradient(density: MinibatchLogDensity) -> GradientEstimator:
     replacements = {density.position: centre}
     replacements.update(zip(density.other_blocks, blocks.values(), strict=True))
     at_centre = graph_replace(density.likelihood_gradient, replacements, strict=False)
-    gradient = density.prior_gradient + centre_gradient + density.likelihood_gradient - at_centre
     inputs = {"centre": centre, "centre_likelihood_gradient": centre_gradient, **blocks}
+    return inputs, at_centre
+
+
+def hessian_vector_product(gradient: Variable, wrt: Variable, direction: Variable) -> Variable:
+    """Return the product of the Jacobian of ``gradient`` (by ``wrt``) with ``direction``.
+
+    ``direction`` must not depend on ``wrt``: reverse mode over the gradient,
+    with the direction held fixed.
+    """
+    return grad(pt.sum(gradient * direction), wrt, consider_constant=[direction])
+
+
+def second_order_control_variate_gradient(density: MinibatchLogDensity) -> GradientEstimator:
+    """Return the control-variate estimate less its first-order error (see the module docstring)."""
+    inputs, at_centre = _at_centre(density)
+    centre, centre_gradient = inputs["centre"], inputs["centre_likelihood_gradient"]
+    hessian = pt.matrix("centre_likelihood_hessian", dtype="float64")
+    direction = pt.vector("direction", dtype="float64")
+    product = hessian_vector_product(at_centre, centre, direction)
+    displacement = density.position - centre
+    product = graph_replace(product, {direction: displacement}, strict=False)
+    gradient = (
+        density.prior_gradient
+        + centre_gradient
+        + pt.dot(hessian, displacement)
+        + density.likelihood_gradient
+        - at_centre
+        - product
+    )
+    inputs = {**inputs, "centre_likelihood_hessian": hessian}
     coordinates = frozenset({"centre", "centre_likelihood_gradient"})
-    return GradientEstimator("control_variate", gradient, inputs, coordinates)
+    return GradientEstimator("second_order", gradient, inputs, coordinates)
 
 
 #: Builders of the gradient estimators, by name.
-ESTIMATORS = {"minibatch": minibatch_gradient, "control_variate": control_variate_gradient}
+ESTIMATORS = {
+    "minibatch": minibatch_gradient,
+    "control_variate": control_variate_gradient,
+    "second_order": second_order_control_variate_gradient,
+}
 
 
 class Probe:
@@ -178,6 +248,7 @@ class Probe:
         # The terms take no other blocks' values, so only without other
         # step methods can they give the control variate's centre term.
         self._control_variate_from_terms = not density.other_blocks
+        self._hessian_product = None
         self.cluster = cluster
 
     def __reduce__(self):
@@ -229,6 +300,8 @@ class Probe:
             return self.minibatch_gradient(position, indices)
         if estimator == "control_variate" and self._control_variate_from_terms:
             return self.control_variate_gradient(position, indices, inputs)
+        if estimator == "second_order" and self._control_variate_from_terms:
+            return self.second_order_gradient(position, indices, inputs)
         if estimator not in self._estimators:
             symbolic = ESTIMATORS[estimator](self.density)
             function = pytensor.function(
@@ -287,6 +360,63 @@ class Probe:
             plain = self.minibatch_gradient(position, indices)
         return plain + centre_gradient - at_centre
 
+    def second_order_gradient(self, position, indices, inputs, plain=None):
+        """Return the second-order control-variate estimate from the terms and one product.
+
+        As :meth:`control_variate_gradient`, less the minibatch's
+        Hessian-vector product at the centre along ``position - centre``,
+        plus the full data's (``inputs["centre_likelihood_hessian"]``).
+        """
+        centre = np.asarray(inputs["centre"], dtype=self._position_dtype)
+        displacement = np.asarray(position, dtype=self._position_dtype) - centre
+        estimate = self.control_variate_gradient(position, indices, inputs, plain)
+        hessian = np.asarray(inputs["centre_likelihood_hessian"], dtype=self._position_dtype)
+        product = self.likelihood_hessian_product(centre, indices, displacement)
+        return estimate + hessian @ displacement - product
+
+    def likelihood_hessian_product(self, position, indices, direction):
+        """Return the minibatch likelihood's Hessian at ``position`` times ``direction``.
+
+        Exact (reverse mode over the gradient), with the likelihood scaled by
+        N/B as in :meth:`terms`. Compiled on first use.
+        """
+        if self._hessian_product is None:
+            symbolic = pt.vector("direction", dtype=self._position_dtype)
+            product = hessian_vector_product(
+                self.density.likelihood_gradient, self.density.position, symbolic
+            )
+            function = pytensor.function(
+                [self.density.position, self.density.indices, symbolic],
+                [product],
+                **self.compile_kwargs,
+            )
+            self._hessian_product = direct_call(function, 3)
+        self.pages.read(indices)
+        (product,) = self._hessian_product(
+            np.ascontiguousarray(position, dtype=self._position_dtype),
+            np.ascontiguousarray(indices, dtype=np.int64),
+            np.ascontiguousarray(direction, dtype=self._position_dtype),
+        )
+        return product
+
+    def likelihood_hessian(self, position):
+        """Return the full-data log-likelihood Hessian at ``position``.
+
+        Summed over chunks of rows in order, one Hessian-vector product per
+        coordinate and chunk, from the function the second-order control
+        variate's minibatch products come from: the pair stays unbiased to
+        rounding. Costs D full passes over the data.
+        """
+        position = np.asarray(position, dtype=self._position_dtype)
+        size = position.size
+        hessian = np.zeros((size, size))
+        for start in range(0, self.n_rows, self.chunk_rows):
+            rows = np.arange(start, min(start + self.chunk_rows, self.n_rows))
+            weight = len(rows) / self.n_rows
+            for j, unit in enumerate(np.eye(size)):
+                hessian[:, j] += weight * self.likelihood_hessian_product(position, rows, unit)
+        return hessian
+
     def minibatch_gradient(self, position, indices):
         """Return the plain minibatch gradient estimate (from the terms, compiled once)."""
         _, prior_gradient, _, likelihood_gradient = self.terms(position, indices)
@@ -336,15 +466,18 @@ class Probe:
             for shared in self.density.other_blocks
         )
 
-    def centre(self, position, likelihood_gradient=None) -> Centre:
+    def centre(self, position, likelihood_gradient=None, hessian=False) -> Centre:
         """Return a control-variate centre at ``position`` and the other variables' values now.
 
         ``likelihood_gradient`` is the full-data likelihood gradient there,
-        computed (one full pass) when not given.
+        computed (one full pass) when not given; with ``hessian`` the centre
+        holds the full-data likelihood Hessian too (:meth:`likelihood_hessian`).
         """
         if likelihood_gradient is None:
             _, likelihood_gradient = self.full_likelihood(position)
-        return Centre(np.array(position, copy=True), likelihood_gradient, self.blocks())
+        position = np.array(position, copy=True)
+        matrix = self.likelihood_hessian(position) if hessian else None
+        return Centre(position, likelihood_gradient, self.blocks(), matrix)
 
     def hessian(self, position, indices, steps):
         """Return the Hessian of the minibatch log density on ``indices``.

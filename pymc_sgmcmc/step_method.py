@@ -52,6 +52,9 @@ PROBE_MODE = "NUMBA" if int(pytensor.__version__.split(".")[0]) < 3 else "CVM"
 #: What ``preconditioner`` may name: the tuner's choice or one kind of metric.
 METRIC_CHOICES = ("auto", "diagonal", "dense", "low_rank")
 
+#: The estimators that read a control-variate centre.
+CENTRED_ESTIMATORS = ("control_variate", "second_order")
+
 #: Statistics every stochastic-gradient step records, one value per draw.
 BASE_STATS = {
     "step_size": (np.float64, []),
@@ -144,10 +147,17 @@ class StochasticGradientStep(ArrayStepShared):
         relaxation per unit of work (dense up to ``tuning.dense_size``
         coordinates, low-rank beyond). ``None`` samples in the model's
         coordinates; an array is a given diagonal preconditioner :math:`P`.
-    control_variate : bool, optional
+    control_variate : bool or "second_order", optional
         Use the control-variate gradient centred at the mode (True), the plain
         minibatch gradient (False), or whichever the measured noise says mixes
-        faster per unit of work (None, the default).
+        faster per unit of work (None, the default). ``"second_order"`` weighs
+        the second-order control variate too
+        (:func:`~pymc_sgmcmc.estimators.second_order_control_variate_gradient`):
+        it subtracts the minibatch's error in the curvature at the centre, the
+        noise that binds chains on posteriors whose rows differ in leverage or
+        hierarchical models written non-centred, for about two more gradient
+        passes per step and the exact full-data Hessian at each centre (D passes
+        over the data).
     control_variate_refresh : int, optional
         Re-centre the control variate at the current state every so many
         inner steps (one full pass over the data each time); never by default.
@@ -284,9 +294,14 @@ class StochasticGradientStep(ArrayStepShared):
                 f"clip_gradient must be a positive number or None, got {clip_gradient!r}."
             )
         self.clip_gradient = np.inf if clip_gradient is None else float(clip_gradient)
-        if control_variate not in (None, True, False):
+        if isinstance(control_variate, bool | np.bool_):
+            control_variate = bool(control_variate)
+        elif not (control_variate is None or isinstance(control_variate, str)) or (
+            isinstance(control_variate, str) and control_variate != "second_order"
+        ):
             raise ValueError(
-                f"control_variate must be None (automatic), True or False, got {control_variate!r}."
+                "control_variate must be None (automatic), True, False or 'second_order', "
+                f"got {control_variate!r}."
             )
         probe_kwargs = {"mode": PROBE_MODE, **(compile_kwargs or {})}
         if is_jax(probe_kwargs):
@@ -331,6 +346,7 @@ class StochasticGradientStep(ArrayStepShared):
                 None: ("minibatch", "control_variate"),
                 True: ("control_variate",),
                 False: ("minibatch",),
+                "second_order": ("minibatch", "control_variate", "second_order"),
             }[control_variate],
             steps_per_draw=(
                 None
@@ -515,7 +531,7 @@ class StochasticGradientStep(ArrayStepShared):
             **settings.metric.inputs(),
             "gradient_clip": self.clip_gradient,
         }
-        if settings.estimator == "control_variate":
+        if settings.estimator in CENTRED_ESTIMATORS:
             named.update(chain.centre.inputs())
         chain.interpreted = self._interprets and chain.steps_taken < self.tuning.interpreted_steps
         chain.kernel_inputs = self._kernel().prepare(named, chain.state["position"].size)
@@ -579,11 +595,12 @@ class StochasticGradientStep(ArrayStepShared):
             # The chain has run long enough for the fused kernel to pay.
             self._prepare_kernel_inputs()
         if (
-            settings.estimator == "control_variate"
+            settings.estimator in CENTRED_ESTIMATORS
             and self.control_variate_refresh is not None
             and chain.steps_since_refresh >= self.control_variate_refresh
         ):
-            chain.centre = self.compiled.probe.centre(position)
+            second_order = settings.estimator == "second_order"
+            chain.centre = self.compiled.probe.centre(position, hessian=second_order)
             chain.steps_since_refresh = 0
             self._prepare_kernel_inputs()
 
@@ -669,7 +686,7 @@ class StochasticGradientStep(ArrayStepShared):
             "gradient_norm": float(gradient_norm),
             "log_density": float(log_density),
             "diverging": chain.diverged,
-            "control_variate": settings.estimator == "control_variate",
+            "control_variate": settings.estimator in CENTRED_ESTIMATORS,
             "steps_per_draw": n_steps,
             "gradient_noise": settings.gradient_noise,
             "predicted_inflation": settings.predicted_inflation,

@@ -9,12 +9,19 @@ import pytest
 from pymc.blocking import DictToArrayBijection
 
 from pymc_sgmcmc import SGHMC, SGLD
-from pymc_sgmcmc.estimators import Probe, control_variate_gradient
+from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.estimators import (
+    Probe,
+    control_variate_gradient,
+    second_order_control_variate_gradient,
+)
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.registry import SAMPLERS
-from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
+from pymc_sgmcmc.samplers.sgld import Langevin
+from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, find_mode, measure
+from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.measure import laplace, measure_noise
 
 
@@ -80,6 +87,100 @@ def test_control_variate_estimate_is_exact_on_average_and_quieter(gaussian):
     np.testing.assert_allclose(estimates.mean(axis=0), probe.full(position)[1], rtol=1e-10)
     plain = np.array([probe.minibatch_gradient(position, rows) for rows in batches])
     assert np.all(estimates.std(axis=0) < 0.2 * plain.std(axis=0))
+
+
+def compiled_estimator(density, builder):
+    estimator = builder(density)
+    function = pytensor.function(
+        [density.position, density.indices, *estimator.inputs.values()],
+        estimator.gradient,
+        on_unused_input="ignore",
+    )
+
+    def evaluate(position, rows, inputs):
+        return function(position, rows, *(inputs[name] for name in estimator.inputs))
+
+    return evaluate
+
+
+def test_second_order_control_variate_is_exact_where_the_likelihood_is_quadratic(gaussian):
+    known, density, probe = gaussian
+    centre = probe.centre(known.means["beta"] + 0.5 * known.sds["beta"], hessian=True)
+    inputs = centre.inputs()
+    position = known.means["beta"] - 3.0 * known.sds["beta"]
+    batches = np.random.default_rng(0).permutation(2000).reshape(20, 100)
+    full = probe.full(position)[1]
+    second_order = compiled_estimator(density, second_order_control_variate_gradient)
+    for rows in batches:
+        estimate = second_order(position, rows, inputs)
+        np.testing.assert_allclose(estimate, full, rtol=1e-8)
+        # The probe builds the same estimate from the terms and one product.
+        np.testing.assert_allclose(probe.gradient("second_order", position, rows, inputs), estimate)
+    # The full data's Hessian is the same summed over chunks of rows.
+    chunked = Probe(density, chunk_rows=300).likelihood_hessian(centre.position)
+    np.testing.assert_allclose(chunked, centre.likelihood_hessian, rtol=1e-10)
+    # Negative control: the first-order control variate keeps the curvature's error.
+    first_order = compiled_estimator(density, control_variate_gradient)
+    errors = [first_order(position, rows, inputs) - full for rows in batches]
+    assert np.max(np.abs(errors)) > 1e-3 * np.max(np.abs(full))
+
+
+def test_second_order_control_variate_is_unbiased_and_quieter_elsewhere():
+    known = logistic_regression(n_rows=2000)
+    density = build_minibatch_log_density(known.model, known.model.value_vars)
+    probe = Probe(density)
+    rng = np.random.default_rng(1)
+    mode, _, _, hessian, _ = find_mode(
+        probe, np.zeros(known.model.initial_point()["beta"].size), 100, rng
+    )
+    centre = probe.centre(mode, hessian=True)
+    inputs = centre.inputs()
+    position = mode + 2.0 * np.sqrt(np.diag(np.linalg.inv(-hessian)))
+    batches = rng.permutation(2000).reshape(20, 100)
+    full = probe.full(position)[1]
+    second_order = compiled_estimator(density, second_order_control_variate_gradient)
+    estimates = np.array([second_order(position, rows, inputs) for rows in batches])
+    # The batches of an epoch hold every row once: their mean is the full gradient.
+    np.testing.assert_allclose(estimates.mean(axis=0), full, rtol=1e-10)
+    first_order = compiled_estimator(density, control_variate_gradient)
+    plain = np.array([first_order(position, rows, inputs) for rows in batches])
+    assert np.all(estimates.std(axis=0) < 0.5 * plain.std(axis=0))
+    # Negative control: without the full data's Hessian the estimate is biased.
+    biased = dict(inputs, centre_likelihood_hessian=np.zeros_like(centre.likelihood_hessian))
+    estimates = np.array([second_order(position, rows, biased) for rows in batches])
+    assert np.max(np.abs(estimates.mean(axis=0) - full)) > 1e-3 * np.max(np.abs(full))
+
+
+def test_a_travelling_chain_leaves_the_second_order_control_variate_behind():
+    # It extrapolates the curvature at the centre, which a travelling chain leaves.
+    identity = np.eye(2)
+    noise = {"minibatch": 2000.0, "control_variate": 1000.0, "second_order": 400.0}
+    measurements = Measurements(
+        mode=np.zeros(2),
+        centre=None,
+        hessian=-identity,
+        log_concave=True,
+        laplace_variance=np.ones(2),
+        laplace_factor=identity,
+        noise_covariance={name: value * identity for name, value in noise.items()},
+    )
+    choices = UserChoices(
+        step_size=None,
+        preconditioner=None,
+        estimators=tuple(noise),
+        steps_per_draw=None,
+        temperature=1.0,
+        bias_budget=0.05,
+    )
+    config = TuningConfig(slow_relaxation=0.0)
+    adapter = ChainAdapter("SGLD", Langevin(), None, choices, config, 100, False, True, False)
+    chain = ChainState(IndexStream(1000, 100))
+    chain.measurements = measurements
+    chain.settings = adapter.settings(measurements)
+    assert chain.settings.estimator == "second_order"
+    adapter.travel_if_slow(chain, tune=True)
+    assert chain.travelling
+    assert chain.settings.estimator != "second_order"
 
 
 def run(step, model, draws=20, tune=10, seed=3, chains=1):

@@ -14,7 +14,13 @@ from pytensor.tensor.shape import Shape, Shape_i
 from rules import position_terms
 
 from pymc_sgmcmc import SGHMC, direct
-from pymc_sgmcmc.estimators import Centre, Probe, control_variate_gradient, minibatch_gradient
+from pymc_sgmcmc.estimators import (
+    Centre,
+    Probe,
+    control_variate_gradient,
+    minibatch_gradient,
+    second_order_control_variate_gradient,
+)
 from pymc_sgmcmc.kernel import Kernel, as_state
 from pymc_sgmcmc.loop import InterpretedKernel, interpretable
 from pymc_sgmcmc.metric import METRICS, metric_from_covariance
@@ -347,6 +353,40 @@ def test_interpreted_loop_takes_the_fused_kernels_steps(density, sampler_name, m
     np.testing.assert_allclose(result.position, expected.position, rtol=1e-10)
     np.testing.assert_allclose(result.log_density, expected.log_density, rtol=1e-10)
     np.testing.assert_allclose(result.gradient_norm, expected.gradient_norm, rtol=1e-10)
+
+
+@pytest.mark.parametrize("metric_kind", ["identity", "dense"])
+def test_second_order_control_variate_runs_the_same_steps_fused_and_interpreted(
+    density, metric_kind
+):
+    dynamics = Underdamped()
+    probe = Probe(density)
+    position = np.array([0.5, -0.3, 0.1])
+    centre = probe.centre(position, hessian=True)
+    covariance = np.array([[1.0, 0.6, 0.1], [0.6, 1.0, -0.5], [0.1, -0.5, 2.0]]) * 0.04
+    metric = (
+        METRICS["identity"]()
+        if metric_kind == "identity"
+        else metric_from_covariance(metric_kind, position, covariance, spread=1.5)
+    )
+    named = {**chain_inputs(dynamics), **metric.inputs(), **centre.inputs()}
+    fused = Kernel(
+        density, second_order_control_variate_gradient(density), dynamics, None, type(metric)
+    )
+    loop = InterpretedKernel(probe, "second_order", dynamics, type(metric))
+    rng = np.random.default_rng(6)
+    indices, _ = make_inputs(9)
+    noise = rng.standard_normal((9, dynamics.noise_vectors, 3))
+    step_values = dynamics.step_values(lambda steps: np.full(len(steps), 0.02), np.arange(9))
+    start = metric.to_coordinates(np.array([0.2, 0.1, -0.1]))
+    state = as_state(dynamics.initial_state(start, chain_inputs(dynamics), rng))
+
+    expected = fused(state, indices, noise, step_values, fused.prepare(named, 3))
+    result = loop(state, indices, noise, step_values, loop.prepare(named, 3))
+
+    assert result.steps_taken == expected.steps_taken == 9
+    for name, value in expected.state.items():
+        np.testing.assert_allclose(result.state[name], value, rtol=1e-10, atol=1e-12)
 
 
 def test_interpreted_loop_stops_where_the_fused_kernel_stops(density):

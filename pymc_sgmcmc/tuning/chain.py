@@ -251,7 +251,10 @@ class ChainAdapter:
         if not (slow or chain.measurements.at_start):
             return
         budget = self.travel_budget() if budget is None else budget
-        travel_choices = replace(self.choices, bias_budget=budget)
+        # The second-order control variate extrapolates the curvature at the
+        # centre; a travelling chain leaves the region where that holds.
+        estimators = tuple(name for name in self.choices.estimators if name != "second_order")
+        travel_choices = replace(self.choices, bias_budget=budget, estimators=estimators)
         travel = self.settings(chain.measurements, travel_choices)
         if travel.relaxation < chain.settings.relaxation:
             chain.settings = travel

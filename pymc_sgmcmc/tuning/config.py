@@ -126,7 +126,9 @@ class TuningConfig:
     noise_points: int = 8
     noise_batches: int = 256
     curvature_grid: int = 8
-    estimator_cost: dict = field(default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0})
+    estimator_cost: dict = field(
+        default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0, "second_order": 4.0}
+    )
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0

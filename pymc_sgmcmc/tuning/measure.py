@@ -299,7 +299,7 @@ def measure(
         )
     if not distance <= config.mode_distance:
         return _measure_at_start(probe, position, batch_size, rng, estimators, config, full_batches)
-    centre = probe.centre(mode, likelihood_gradient)
+    centre = probe.centre(mode, likelihood_gradient, "second_order" in estimators)
     return _around(probe, mode, centre, hessian, batch_size, rng, estimators, config, full_batches)
 
 
@@ -349,7 +349,7 @@ def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, confi
             "The posterior has no mode the search could find, and its curvature at the "
             "initial point is not finite; start from another initial point (initvals=...)."
         )
-    centre = probe.centre(position)
+    centre = probe.centre(position, hessian="second_order" in estimators)
     return _around(
         probe,
         position,
@@ -400,7 +400,7 @@ def measure_at_draws(
     if not np.all(np.isfinite(hessian)):
         return measurements
     log_concave, variance, factor = laplace(hessian, draws.var(axis=0))
-    centre = probe.centre(middle)
+    centre = probe.centre(middle, hessian="second_order" in estimators)
     noise = noise_again(measurements, probe, draws, rng, estimators, centre, config)
     return replace(
         measurements,
