@@ -9,7 +9,6 @@ import pytest
 from pymc.blocking import DictToArrayBijection
 
 from pymc_sgmcmc import SGHMC, SGLD
-from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import (
     Probe,
     control_variate_gradient,
@@ -19,9 +18,7 @@ from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.registry import SAMPLERS
-from pymc_sgmcmc.samplers.sgld import Langevin
-from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, find_mode, measure
-from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
+from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
 from pymc_sgmcmc.tuning.measure import laplace, measure_noise
 
 
@@ -149,38 +146,6 @@ def test_second_order_control_variate_is_unbiased_and_quieter_elsewhere():
     biased = dict(inputs, centre_likelihood_hessian=np.zeros_like(centre.likelihood_hessian))
     estimates = np.array([second_order(position, rows, biased) for rows in batches])
     assert np.max(np.abs(estimates.mean(axis=0) - full)) > 1e-3 * np.max(np.abs(full))
-
-
-def test_a_travelling_chain_leaves_the_second_order_control_variate_behind():
-    # It extrapolates the curvature at the centre, which a travelling chain leaves.
-    identity = np.eye(2)
-    noise = {"minibatch": 2000.0, "control_variate": 1000.0, "second_order": 400.0}
-    measurements = Measurements(
-        mode=np.zeros(2),
-        centre=None,
-        hessian=-identity,
-        log_concave=True,
-        laplace_variance=np.ones(2),
-        laplace_factor=identity,
-        noise_covariance={name: value * identity for name, value in noise.items()},
-    )
-    choices = UserChoices(
-        step_size=None,
-        preconditioner=None,
-        estimators=tuple(noise),
-        steps_per_draw=None,
-        temperature=1.0,
-        bias_budget=0.05,
-    )
-    config = TuningConfig(slow_relaxation=0.0)
-    adapter = ChainAdapter("SGLD", Langevin(), None, choices, config, 100, False, True, False)
-    chain = ChainState(IndexStream(1000, 100))
-    chain.measurements = measurements
-    chain.settings = adapter.settings(measurements)
-    assert chain.settings.estimator == "second_order"
-    adapter.travel_if_slow(chain, tune=True)
-    assert chain.travelling
-    assert chain.settings.estimator != "second_order"
 
 
 def run(step, model, draws=20, tune=10, seed=3, chains=1):

@@ -5,6 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.samplers.psgld import MEMORY_RELAXATIONS, RMSpropLangevin
 from pymc_sgmcmc.samplers.sghmc import (
     Underdamped,
@@ -14,6 +15,7 @@ from pymc_sgmcmc.samplers.sghmc import (
 from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
+from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 
 N_CHAINS = 40_000
 # Monte Carlo sd of a variance estimated from N_CHAINS independent chains.
@@ -212,6 +214,25 @@ def test_slow_chains_are_advised_control_variates_only_where_they_were_not_weigh
     assert "larger batch_size" in warning
     plain = choose_settings(Langevin(), measurements, choices(), config)
     assert any("control_variate=True" in message for message in plain.warnings)
+
+
+def test_a_travelling_chain_leaves_the_second_order_control_variate_behind():
+    # It extrapolates the curvature at the centre, which a travelling chain leaves.
+    noise = {"minibatch": 2000.0, "control_variate": 1000.0, "second_order": 400.0}
+    measurements = replace(
+        gaussian_measurements(1.0),
+        noise_covariance={name: value * np.eye(2) for name, value in noise.items()},
+    )
+    config = TuningConfig(slow_relaxation=0.0)
+    every = choices(estimators=tuple(noise))
+    adapter = ChainAdapter("SGLD", Langevin(), None, every, config, 100, False, True, False)
+    chain = ChainState(IndexStream(1000, 100))
+    chain.measurements = measurements
+    chain.settings = adapter.settings(measurements)
+    assert chain.settings.estimator == "second_order"
+    adapter.travel_if_slow(chain, tune=True)
+    assert chain.travelling
+    assert chain.settings.estimator != "second_order"
 
 
 def test_zero_temperature_is_called_optimisation():
