@@ -154,10 +154,11 @@ class StochasticGradientStep(ArrayStepShared):
         the second-order control variate too
         (:func:`~pymc_sgmcmc.estimators.second_order_control_variate_gradient`):
         it subtracts the minibatch's error in the curvature at the centre, the
-        noise that binds chains on posteriors whose rows differ in leverage or
-        hierarchical models written non-centred, for about two more gradient
-        passes per step and the exact full-data Hessian at each centre (D passes
-        over the data).
+        noise that binds chains on regressions whose rows differ in leverage,
+        for about two more gradient passes per step and the exact full-data
+        Hessian at each centre (D passes over the data). Its larger steps can
+        carry a chain out of the region where the centre's curvature holds
+        (as along a non-centred hierarchical model's ridge): check R-hat and ESS.
     control_variate_refresh : int, optional
         Re-centre the control variate at the current state every so many
         inner steps (one full pass over the data each time); never by default.
@@ -296,8 +297,8 @@ class StochasticGradientStep(ArrayStepShared):
         self.clip_gradient = np.inf if clip_gradient is None else float(clip_gradient)
         if isinstance(control_variate, bool | np.bool_):
             control_variate = bool(control_variate)
-        elif not (control_variate is None or isinstance(control_variate, str)) or (
-            isinstance(control_variate, str) and control_variate != "second_order"
+        elif control_variate is not None and not (
+            isinstance(control_variate, str) and control_variate == "second_order"
         ):
             raise ValueError(
                 "control_variate must be None (automatic), True, False or 'second_order', "
