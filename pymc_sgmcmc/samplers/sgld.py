@@ -78,6 +78,8 @@ class _LangevinGaussian:
 
     def relaxation(self, step_size, curvature, noise=0.0):
         contraction = abs(1.0 - step_size * curvature)
+        if contraction == 0.0:
+            return 0.0  # a step of 1 / curvature lands on the mean: no memory
         return np.inf if contraction >= 1.0 else -1.0 / np.log(contraction)
 
     def largest_step_size(self, largest_curvature):
