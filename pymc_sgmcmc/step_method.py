@@ -150,15 +150,19 @@ class StochasticGradientStep(ArrayStepShared):
     control_variate : bool or "second_order", optional
         Use the control-variate gradient centred at the mode (True), the plain
         minibatch gradient (False), or whichever the measured noise says mixes
-        faster per unit of work (None, the default). ``"second_order"`` weighs
-        the second-order control variate too
-        (:func:`~pymc_sgmcmc.estimators.second_order_control_variate_gradient`):
-        it subtracts the minibatch's error in the curvature at the centre, the
+        faster per unit of work (None, the default). The second-order control
+        variate
+        (:func:`~pymc_sgmcmc.estimators.second_order_control_variate_gradient`)
+        subtracts the minibatch's error in the curvature at the centre, the
         noise that binds chains on regressions whose rows differ in leverage,
         for about two more gradient passes per step and the exact full-data
-        Hessian at each centre (D passes over the data). Its larger steps can
-        carry a chain out of the region where the centre's curvature holds
-        (as along a non-centred hierarchical model's ridge): check R-hat and ESS.
+        Hessian at each centre (D passes over the data). The default weighs it
+        too where that Hessian costs at most 1,000 first-order draws and the
+        likelihood's gradient is linear across the Laplace approximation to
+        within 10% (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`);
+        ``"second_order"`` weighs it everywhere. Off that region its larger
+        steps can carry a chain out of where the centre's curvature holds (as
+        along a non-centred hierarchical model's ridge): check R-hat and ESS.
     control_variate_refresh : int, optional
         Re-centre the control variate at the current state every so many
         inner steps (one full pass over the data each time); never by default.
@@ -356,6 +360,7 @@ class StochasticGradientStep(ArrayStepShared):
             ),
             temperature=float(temperature),
             bias_budget=float(bias_budget),
+            weighs_second_order=control_variate is None,
         )
         self.control_variate_refresh = (
             None

@@ -19,7 +19,7 @@ from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
-from pymc_sgmcmc.tuning.measure import laplace, measure_noise
+from pymc_sgmcmc.tuning.measure import laplace, measure_noise, with_second_order
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,39 @@ def test_second_order_control_variate_is_exact_where_the_likelihood_is_quadratic
     first_order = compiled_estimator(density, control_variate_gradient)
     errors = [first_order(position, rows, inputs) - full for rows in batches]
     assert np.max(np.abs(errors)) > 1e-3 * np.max(np.abs(full))
+
+
+def test_the_second_order_control_variate_is_measured_where_the_likelihood_is_linear(gaussian):
+    """A Gaussian likelihood's gradient is linear: the estimator is measured, and exact."""
+    _, _, probe = gaussian
+    rng = np.random.default_rng(3)
+    first_order = measure(probe, 100, rng, np.zeros(2), ("minibatch", "control_variate"))
+    assert "second_order" not in first_order.noise_covariance
+    measured, departure = with_second_order(first_order, probe, rng, TuningConfig())
+    assert departure < 1e-8
+    assert measured.centre.likelihood_hessian is not None
+    noise = measured.noise_covariance
+    assert np.abs(noise["second_order"]).max() < 1e-12 * np.abs(noise["control_variate"]).max()
+
+
+def test_the_second_order_control_variate_is_not_measured_along_a_curved_ridge():
+    """Non-centred radon-like: the likelihood's curvature in the groups' offsets scales with
+    ``tau``, which varies across the posterior, so the centre's curvature does not hold where
+    the chain goes.
+    """
+    known = radon_like(n_rows=1000, n_groups=20, centred=False)
+    density = build_minibatch_log_density(known.model, known.model.value_vars)
+    probe = Probe(density)
+    rng = np.random.default_rng(4)
+    start = DictToArrayBijection.map(
+        {v.name: known.model.initial_point()[v.name] for v in known.model.value_vars}
+    ).data
+    first_order = measure(probe, 100, rng, start, ("minibatch", "control_variate"))
+    assert first_order.log_concave
+    config = TuningConfig()
+    measured, departure = with_second_order(first_order, probe, rng, config)
+    assert departure > 10 * config.second_order_linearity
+    assert measured is first_order
 
 
 def test_second_order_control_variate_is_unbiased_and_quieter_elsewhere():

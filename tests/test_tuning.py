@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.estimators import Centre
 from pymc_sgmcmc.samplers.psgld import MEMORY_RELAXATIONS, RMSpropLangevin
 from pymc_sgmcmc.samplers.sghmc import (
     Underdamped,
@@ -216,7 +217,8 @@ def test_slow_chains_are_advised_control_variates_only_where_they_were_not_weigh
     assert any("control_variate=True" in message for message in plain.warnings)
 
 
-def test_a_travelling_chain_leaves_the_second_order_control_variate_behind():
+@pytest.mark.parametrize("automatic", [False, True], ids=["given", "automatic"])
+def test_a_travelling_chain_leaves_the_second_order_control_variate_behind(automatic):
     # It extrapolates the curvature at the centre, which a travelling chain leaves.
     noise = {"minibatch": 2000.0, "control_variate": 1000.0, "second_order": 400.0}
     measurements = replace(
@@ -224,7 +226,10 @@ def test_a_travelling_chain_leaves_the_second_order_control_variate_behind():
         noise_covariance={name: value * np.eye(2) for name, value in noise.items()},
     )
     config = TuningConfig(slow_relaxation=0.0)
-    every = choices(estimators=tuple(noise))
+    if automatic:
+        every = choices(estimators=("minibatch", "control_variate"), weighs_second_order=True)
+    else:
+        every = choices(estimators=tuple(noise))
     adapter = ChainAdapter("SGLD", Langevin(), None, every, config, 100, False, True, False)
     chain = ChainState(IndexStream(1000, 100))
     chain.measurements = measurements
@@ -233,6 +238,52 @@ def test_a_travelling_chain_leaves_the_second_order_control_variate_behind():
     adapter.travel_if_slow(chain, tune=True)
     assert chain.travelling
     assert chain.settings.estimator != "second_order"
+
+
+def test_the_automatic_choice_weighs_the_second_order_control_variate_where_measured():
+    noise = {"minibatch": 2000.0, "control_variate": 100.0, "second_order": 0.1}
+    measured = replace(
+        gaussian_measurements(1.0),
+        noise_covariance={name: value * np.eye(2) for name, value in noise.items()},
+    )
+    automatic = choices(estimators=("minibatch", "control_variate"), weighs_second_order=True)
+    assert choose_settings(Langevin(), measured, automatic).estimator == "second_order"
+    # Not weighed unless the user left the choice automatic, nor where not measured.
+    first_order = replace(automatic, weighs_second_order=False)
+    assert choose_settings(Langevin(), measured, first_order).estimator == "control_variate"
+    unmeasured = gaussian_measurements(1.0)
+    assert choose_settings(Langevin(), unmeasured, automatic).estimator != "second_order"
+
+
+class UntouchableProbe:
+    """A probe of many rows whose full passes must not be paid for."""
+
+    n_rows = 10**9
+
+    def likelihood_hessian(self, position):
+        raise AssertionError("the full data were read")
+
+    full_likelihood = likelihood_hessian
+
+
+@pytest.mark.parametrize("rows, other_blocks", [(10**9, False), (1000, True)])
+def test_the_full_data_hessian_is_bought_only_where_it_can_pay(rows, other_blocks):
+    """At most the work of ``second_order_draws`` first-order draws; never in a compound step."""
+    probe = UntouchableProbe()
+    probe.n_rows = rows
+    automatic = choices(estimators=("minibatch", "control_variate"), weighs_second_order=True)
+    adapter = ChainAdapter(
+        "SGLD", Langevin(), probe, automatic, TuningConfig(), 100, False, True, other_blocks
+    )
+    chain = ChainState(IndexStream(rows, 100))
+    chain.measurements = replace(
+        gaussian_measurements(1000.0), centre=Centre(np.zeros(2), np.zeros(2))
+    )
+    chain.settings = adapter.settings(chain.measurements)
+    # 2 D N = 4e9 gradient evaluations against 1,000 draws of at most 1,000
+    # steps on 100 rows: 2e8 at the control variate's cost.
+    adapter.weigh_second_order(chain, np.random.default_rng(0))
+    assert "second_order" not in chain.measurements.noise_covariance
 
 
 def test_zero_temperature_is_called_optimisation():

@@ -24,7 +24,12 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.measure import Measurements, measure, measure_at_draws
+from pymc_sgmcmc.tuning.measure import (
+    Measurements,
+    measure,
+    measure_at_draws,
+    with_second_order,
+)
 from pymc_sgmcmc.tuning.tempering import log_density_at_draws, tempering_sensitivity
 from pymc_sgmcmc.tuning.tuner import ChainSettings, UserChoices, choose_settings, fixed_settings
 from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine, slowness
@@ -215,7 +220,8 @@ class ChainAdapter:
             )
             chain.settings = self.settings(measurements)
             chain.measurements = measurements
-            chain.centre = measurements.centre
+            self.weigh_second_order(chain, rng)
+            chain.centre = chain.measurements.centre
             chain.steps_since_refresh = 0
             if start:
                 position = measurements.mode
@@ -231,6 +237,42 @@ class ChainAdapter:
                     position = position + measurements.laplace_factor @ rng.standard_normal(size)
                 self.travel_if_slow(chain, tune)
         return position, [] if chain.travelling else chain.settings.warnings
+
+    def weigh_second_order(self, chain: ChainState, rng) -> None:
+        """Weigh the second-order control variate for a chain, where the user left it automatic.
+
+        Its centre needs the full-data Hessian, about ``2 D`` passes over the
+        data; that is computed only where it costs at most as many gradient
+        evaluations as ``tuning.second_order_draws`` draws with the chain's
+        first-order settings, and the estimator is measured only where the
+        Laplace picture holds (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`).
+        Not in a compound step, where the other blocks move the curvature.
+        """
+        settings = chain.settings
+        if not self.choices.weighs_second_order or self.other_blocks or chain.travelling:
+            return
+        size = chain.measurements.mode.size
+        hessian_work = 2.0 * size * self.probe.n_rows
+        draw_work = (
+            settings.steps_per_draw
+            * self.batch_size
+            * self.tuning.estimator_cost[settings.estimator]
+        )
+        if hessian_work > self.tuning.second_order_draws * draw_work:
+            return
+        measurements, departure = with_second_order(
+            chain.measurements, self.probe, rng, self.tuning
+        )
+        if measurements is chain.measurements:
+            _log.info(
+                "%s: the likelihood's gradient departs from linear by %.2g across the "
+                "Laplace approximation; the second-order control variate is not weighed.",
+                self.name,
+                departure,
+            )
+            return
+        chain.measurements = measurements
+        chain.settings = self.settings(measurements)
 
     def travel_if_slow(self, chain: ChainState, tune: bool, budget: float | None = None) -> None:
         """Run the next tune window at the travel budget if the chain is slow where measured.
@@ -254,7 +296,9 @@ class ChainAdapter:
         # The second-order control variate extrapolates the curvature at the
         # centre; a travelling chain leaves the region where that holds.
         estimators = tuple(name for name in self.choices.estimators if name != "second_order")
-        travel_choices = replace(self.choices, bias_budget=budget, estimators=estimators)
+        travel_choices = replace(
+            self.choices, bias_budget=budget, estimators=estimators, weighs_second_order=False
+        )
         travel = self.settings(chain.measurements, travel_choices)
         if travel.relaxation < chain.settings.relaxation:
             chain.settings = travel
@@ -274,9 +318,10 @@ class ChainAdapter:
             chain.measurements = measure_at_draws(
                 previous, self.probe, draws, rng, self.choices.estimators, self.tuning
             )
+        chain.settings = self.settings(chain.measurements)
+        self.weigh_second_order(chain, rng)
         chain.centre = chain.measurements.centre
         chain.steps_since_refresh = 0
-        chain.settings = self.settings(chain.measurements)
         _log.info(
             "%s: the chain %s; it travelled %d tune draws at a bias budget of %g and was "
             "measured again where it went.",
@@ -401,6 +446,9 @@ class ChainAdapter:
                 "metric, noise and step size were measured again where the chain went."
             )
         chain.settings = self.settings(chain.measurements)
+        if disagrees:
+            self.weigh_second_order(chain, rng)
+            chain.centre = chain.measurements.centre
         return [*messages, *(m for m in chain.settings.warnings if m not in settings.warnings)]
 
     def check_slowness(self, chain: ChainState, draws: np.ndarray) -> bool:

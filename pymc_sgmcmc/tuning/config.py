@@ -87,6 +87,18 @@ class TuningConfig:
         it is measured again. A chain still slow there travels through the
         next window too, while its window's mean lies more than
         ``travel_shift`` of the window's sds from where it was last measured.
+    second_order_linearity : float
+        Largest departure of the log posterior's gradient from linear across
+        the Laplace picture (:func:`~pymc_sgmcmc.tuning.measure.linear_departure`)
+        at which the automatic choice weighs the second-order control
+        variate: the curvature at its centre must hold, to within a tenth,
+        across the region the chain samples.
+    second_order_draws : int
+        The automatic choice computes the full-data Hessian for the
+        second-order control variate (about 2 D passes over the data) only
+        where that costs at most as many gradient evaluations as this many
+        draws with the first-order settings (PyMC's default run length), so
+        that it can save more than it costs.
     dense_size : int
         Most coordinates for which a dense metric is a candidate; beyond, a
         low-rank one is.
@@ -134,6 +146,8 @@ class TuningConfig:
     slow_relaxation: float = 500.0
     travel_budget: float = 1.0
     travel_shift: float = 3.0
+    second_order_linearity: float = 0.1
+    second_order_draws: int = 1000
     dense_size: int = 200
     low_rank: int = 10
     low_rank_spread: float = 2.0

@@ -28,6 +28,7 @@ __all__ = [
     "noise_again",
     "noise_at_draws",
     "noise_fields",
+    "with_second_order",
 ]
 
 
@@ -361,6 +362,75 @@ def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, confi
         config,
         full_batches,
         at_start=True,
+    )
+
+
+def linear_departure(probe: Probe, centre: Centre, points) -> float:
+    """Return how far the likelihood's gradient departs from linear from the centre to ``points``.
+
+    With ``H`` the full-data log-likelihood Hessian at the centre (held by
+    ``centre``) and ``d = x - centre`` for each point ``x``, returns the median
+    over the points of ``|g(x) - g(centre) - H d| / |H d|``, ``g`` the
+    full-data log-likelihood gradient: the change in the likelihood's
+    curvature across the points, relative to the curvature (one full pass
+    over the data per point). Zero where the likelihood is quadratic.
+    """
+    hessian = centre.likelihood_hessian
+    departures = []
+    for point in np.atleast_2d(points):
+        _, gradient = probe.full_likelihood(point)
+        linear = hessian @ (point - centre.position)
+        remainder = gradient - centre.likelihood_gradient - linear
+        departures.append(np.linalg.norm(remainder) / np.linalg.norm(linear))
+    return float(np.median(departures))
+
+
+def with_second_order(
+    measurements: Measurements, probe: Probe, rng, config: TuningConfig
+) -> tuple[Measurements, float]:
+    """Return the measurements with the second-order control variate's noise, where it is sound.
+
+    That estimator subtracts the minibatch's error in the curvature at the
+    centre, which helps only where that curvature holds wherever the chain
+    goes. The full-data Hessian is computed at the centre (D passes over the
+    data, unless the centre holds it), and the estimator measured only where
+    the Laplace picture is log-concave and, at ``config.noise_points`` of
+    its draws, the likelihood's gradient is linear to within
+    ``config.second_order_linearity`` (:func:`linear_departure`); its noise
+    is measured at those draws. Elsewhere (a kinked likelihood, a
+    non-centred hierarchical model's curved ridge) the measurements come
+    back without it.
+
+    Returns
+    -------
+    measurements : Measurements
+    departure : float
+        The gradient's departure from linear (infinite where not log-concave).
+    """
+    if not measurements.log_concave or measurements.at_start or measurements.full_batches:
+        return measurements, np.inf
+    centre = measurements.centre
+    if centre.likelihood_hessian is None:
+        centre = replace(centre, likelihood_hessian=probe.likelihood_hessian(centre.position))
+    factor = measurements.laplace_factor
+    points = (
+        measurements.mode + (factor @ rng.standard_normal((factor.shape[1], config.noise_points))).T
+    )
+    departure = linear_departure(probe, centre, points)
+    if not departure <= config.second_order_linearity:
+        return measurements, departure
+    halves = measure_noise(
+        probe, points, measurements.batch_size, rng, ["second_order"], centre, config
+    )
+    noise = noise_fields(halves, len(points), config)
+    return (
+        replace(
+            measurements,
+            centre=centre,
+            noise_covariance={**measurements.noise_covariance, **noise["noise_covariance"]},
+            noise_halves={**(measurements.noise_halves or {}), **noise["noise_halves"]},
+        ),
+        departure,
     )
 
 

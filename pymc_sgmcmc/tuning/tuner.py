@@ -20,7 +20,7 @@ one relaxation time of inner steps per draw.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -55,6 +55,9 @@ class UserChoices:
     metric : {"auto", "diagonal", "dense", "low_rank"}
         The metric built from the measured posterior covariance when
         ``preconditioner`` is None; "auto" chooses by predicted cost.
+    weighs_second_order : bool
+        Whether the second-order control variate is weighed too where a
+        chain measured it (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`).
     """
 
     step_size: object
@@ -64,6 +67,7 @@ class UserChoices:
     temperature: float
     bias_budget: float
     metric: str = "auto"
+    weighs_second_order: bool = False
 
 
 @dataclass
@@ -198,6 +202,12 @@ def choose_settings(
     """
     config = config or TuningConfig()
     size = measurements.mode.size
+    if (
+        choices.weighs_second_order
+        and "second_order" in measurements.noise_covariance
+        and "second_order" not in choices.estimators
+    ):
+        choices = replace(choices, estimators=(*choices.estimators, "second_order"))
     options = []
     for metric, preconditioner in _candidate_metrics(dynamics, measurements, choices, config):
         factor = metric.factor(size) * np.sqrt(preconditioner)[None, :]
