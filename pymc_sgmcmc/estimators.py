@@ -385,10 +385,12 @@ class Probe:
             product = hessian_vector_product(
                 self.density.likelihood_gradient, self.density.position, symbolic
             )
+            # A piecewise-linear likelihood has a product of zero that never
+            # reads the direction.
             function = pytensor.function(
                 [self.density.position, self.density.indices, symbolic],
                 [product],
-                **self.compile_kwargs,
+                **{**self.compile_kwargs, "on_unused_input": "ignore"},
             )
             self._hessian_product = direct_call(function, 3)
         self.pages.read(indices)

@@ -16,7 +16,7 @@ from pymc_sgmcmc.estimators import (
 )
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
-from pymc_sgmcmc.real_posteriors import radon_like
+from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
 from pymc_sgmcmc.tuning.measure import laplace, measure_noise, with_second_order
@@ -152,6 +152,20 @@ def test_the_second_order_control_variate_is_not_measured_along_a_curved_ridge()
     config = TuningConfig()
     measured, departure = with_second_order(first_order, probe, rng, config)
     assert departure > 10 * config.second_order_linearity
+    assert measured is first_order
+
+
+def test_the_second_order_control_variate_is_not_measured_where_the_likelihood_has_kinks():
+    """A Laplace likelihood is piecewise linear: its Hessian is zero almost everywhere, and its
+    gradient jumps, so no curvature at the centre describes it.
+    """
+    known = median_regression(n_rows=500)
+    density = build_minibatch_log_density(known.model, known.model.value_vars)
+    probe = Probe(density)
+    rng = np.random.default_rng(5)
+    first_order = measure(probe, 100, rng, np.zeros(2), ("minibatch", "control_variate"))
+    measured, departure = with_second_order(first_order, probe, rng, TuningConfig())
+    assert departure == np.inf
     assert measured is first_order
 
 

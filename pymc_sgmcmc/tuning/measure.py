@@ -373,15 +373,17 @@ def linear_departure(probe: Probe, centre: Centre, points) -> float:
     over the points of ``|g(x) - g(centre) - H d| / |H d|``, ``g`` the
     full-data log-likelihood gradient: the change in the likelihood's
     curvature across the points, relative to the curvature (one full pass
-    over the data per point). Zero where the likelihood is quadratic.
+    over the data per point). Zero where the likelihood is quadratic, and
+    infinite where its curvature vanishes (a piecewise-linear likelihood).
     """
     hessian = centre.likelihood_hessian
     departures = []
     for point in np.atleast_2d(points):
         _, gradient = probe.full_likelihood(point)
         linear = hessian @ (point - centre.position)
-        remainder = gradient - centre.likelihood_gradient - linear
-        departures.append(np.linalg.norm(remainder) / np.linalg.norm(linear))
+        remainder = np.linalg.norm(gradient - centre.likelihood_gradient - linear)
+        scale = np.linalg.norm(linear)
+        departures.append(remainder / scale if scale > 0 else np.inf)
     return float(np.median(departures))
 
 
