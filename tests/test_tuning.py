@@ -266,9 +266,15 @@ class UntouchableProbe:
     full_likelihood = likelihood_hessian
 
 
-@pytest.mark.parametrize("rows, other_blocks", [(10**9, False), (1000, True)])
-def test_the_full_data_hessian_is_bought_only_where_it_can_pay(rows, other_blocks):
-    """At most the work of ``second_order_draws`` first-order draws; never in a compound step."""
+@pytest.mark.parametrize(
+    "rows, other_blocks, noise",
+    [(10**9, False, 1000.0), (1000, True, 1000.0), (1000, False, 0.01)],
+    ids=["costly", "compound", "fast"],
+)
+def test_the_full_data_hessian_is_bought_only_where_it_can_pay(rows, other_blocks, noise):
+    """At most the work of ``second_order_draws`` first-order draws, for a chain that relaxes
+    slowly with them; never in a compound step.
+    """
     probe = UntouchableProbe()
     probe.n_rows = rows
     automatic = choices(estimators=("minibatch", "control_variate"), weighs_second_order=True)
@@ -277,9 +283,11 @@ def test_the_full_data_hessian_is_bought_only_where_it_can_pay(rows, other_block
     )
     chain = ChainState(IndexStream(rows, 100))
     chain.measurements = replace(
-        gaussian_measurements(1000.0), centre=Centre(np.zeros(2), np.zeros(2))
+        gaussian_measurements(noise), centre=Centre(np.zeros(2), np.zeros(2))
     )
     chain.settings = adapter.settings(chain.measurements)
+    slow = chain.settings.relaxation >= adapter.tuning.second_order_relaxation
+    assert slow == (noise > 1.0)
     # 2 D N = 4e9 gradient evaluations against 1,000 draws of at most 1,000
     # steps on 100 rows: 2e8 at the control variate's cost.
     adapter.weigh_second_order(chain, np.random.default_rng(0))

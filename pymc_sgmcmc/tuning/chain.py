@@ -242,14 +242,18 @@ class ChainAdapter:
         """Weigh the second-order control variate for a chain, where the user left it automatic.
 
         Its centre needs the full-data Hessian, about ``2 D`` passes over the
-        data; that is computed only where it costs at most as many gradient
-        evaluations as ``tuning.second_order_draws`` draws with the chain's
-        first-order settings, and the estimator is measured only where the
-        Laplace picture holds (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`).
-        Not in a compound step, where the other blocks move the curvature.
+        data; that is computed only where the chain's first-order settings
+        relax slowly (over at least ``tuning.second_order_relaxation`` inner
+        steps) and it costs at most as many gradient evaluations as
+        ``tuning.second_order_draws`` draws with them, and the estimator is
+        measured only where the Laplace picture holds
+        (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`). Not in a
+        compound step, where the other blocks move the curvature.
         """
         settings = chain.settings
         if not self.choices.weighs_second_order or self.other_blocks or chain.travelling:
+            return
+        if settings.relaxation < self.tuning.second_order_relaxation:
             return
         size = chain.measurements.mode.size
         hessian_work = 2.0 * size * self.probe.n_rows

@@ -99,6 +99,12 @@ class TuningConfig:
         where that costs at most as many gradient evaluations as this many
         draws with the first-order settings (PyMC's default run length), so
         that it can save more than it costs.
+    second_order_relaxation : float
+        Predicted relaxation time (inner steps) of the first-order settings
+        below which the automatic choice keeps them without weighing the
+        second-order control variate: at a few dozen steps per draw there is
+        less to save than compiling its Hessian-vector product costs on a
+        new model (about a second).
     dense_size : int
         Most coordinates for which a dense metric is a candidate; beyond, a
         low-rank one is.
@@ -148,6 +154,7 @@ class TuningConfig:
     travel_shift: float = 3.0
     second_order_linearity: float = 0.1
     second_order_draws: int = 1000
+    second_order_relaxation: float = 100.0
     dense_size: int = 200
     low_rank: int = 10
     low_rank_spread: float = 2.0
