@@ -397,7 +397,7 @@ def test_second_order_control_variate_samples_rows_of_unequal_leverage(high_leve
     steps = np.asarray(result.sample_stats["steps_per_draw"])
     assert steps.max() <= 100
     comparison = compare(result.posterior, high_leverage.means, high_leverage.sds)
-    assert_meets_bar(comparison, f"{sampler.__name__}, second-order control variate")
+    assert_meets_bar(comparison, f"{sampler.__name__} defaults, rows of unequal leverage")
 
 
 @pytest.mark.parametrize("sampler", samplers())
