@@ -318,7 +318,7 @@ def _around(
 ):
     """Return the Laplace picture of ``hessian`` at ``point`` and the noise at its draws."""
     log_concave, variance, factor = laplace(hessian)
-    points = point + (factor @ rng.standard_normal((point.size, config.noise_points))).T
+    points = _laplace_draws(point, factor, rng, config.noise_points)
     return Measurements(
         point,
         centre,
@@ -331,6 +331,11 @@ def _around(
         full_batches=full_batches,
         **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config, full_batches),
     )
+
+
+def _laplace_draws(point, factor, rng, count: int) -> np.ndarray:
+    """Return ``count`` draws (rows) of the Laplace picture ``point + factor z``."""
+    return point + (factor @ rng.standard_normal((point.size, count))).T
 
 
 def _measure_at_start(probe: Probe, position, batch_size, rng, estimators, config, full_batches):
@@ -407,16 +412,17 @@ def with_second_order(
     -------
     measurements : Measurements
     departure : float
-        The gradient's departure from linear (infinite where not log-concave).
+        The gradient's departure from linear (infinite where it was not
+        checked: off log-concave regions, at a start without a mode, or with
+        exact gradients).
     """
     if not measurements.log_concave or measurements.at_start or measurements.full_batches:
         return measurements, np.inf
     centre = measurements.centre
     if centre.likelihood_hessian is None:
         centre = replace(centre, likelihood_hessian=probe.likelihood_hessian(centre.position))
-    factor = measurements.laplace_factor
-    points = (
-        measurements.mode + (factor @ rng.standard_normal((factor.shape[1], config.noise_points))).T
+    points = _laplace_draws(
+        measurements.mode, measurements.laplace_factor, rng, config.noise_points
     )
     departure = linear_departure(probe, centre, points)
     if not departure <= config.second_order_linearity:
