@@ -159,13 +159,15 @@ class StochasticGradientStep(ArrayStepShared):
         Hessian at each centre (D passes over the data). The default weighs it
         too where that Hessian costs at most 1,000 first-order draws and the
         likelihood's gradient is linear across the Laplace approximation to
-        within 10% (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`);
+        within 10% (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`),
+        and the centre stays (no ``control_variate_refresh``);
         ``"second_order"`` weighs it everywhere. Off that region its larger
         steps can carry a chain out of where the centre's curvature holds (as
         along a non-centred hierarchical model's ridge): check R-hat and ESS.
     control_variate_refresh : int, optional
         Re-centre the control variate at the current state every so many
-        inner steps (one full pass over the data each time); never by default.
+        inner steps (one full pass over the data each time, and D more for the
+        second-order control variate's Hessian); never by default.
     bias_budget : float, default 0.05
         Largest predicted relative inflation of the posterior variance
         (0.05: about 2.5% on the sds) from discretisation and gradient noise,
@@ -360,7 +362,9 @@ class StochasticGradientStep(ArrayStepShared):
             ),
             temperature=float(temperature),
             bias_budget=float(bias_budget),
-            weighs_second_order=control_variate is None,
+            # A centre that moves would buy the full-data Hessian again at
+            # every refresh, which the automatic choice's cost rule does not count.
+            weighs_second_order=control_variate is None and control_variate_refresh is None,
         )
         self.control_variate_refresh = (
             None

@@ -275,6 +275,19 @@ def test_refreshed_control_variate_keeps_sampling(large_logistic):
     assert not np.asarray(result.sample_stats["diverging"]).any()
 
 
+def test_a_moving_centre_is_not_given_the_second_order_control_variate_by_default(large_logistic):
+    """Each refresh would buy the full-data Hessian again (D passes), which the automatic
+    choice's cost rule does not count; asked for by name, it is still weighed."""
+    model = large_logistic.model
+    assert SGLD(batch_size=50, model=model).choices.weighs_second_order
+    refreshed = SGLD(batch_size=50, control_variate_refresh=10, model=model)
+    assert not refreshed.choices.weighs_second_order
+    named = SGLD(
+        batch_size=50, control_variate="second_order", control_variate_refresh=10, model=model
+    )
+    assert "second_order" in named.choices.estimators
+
+
 def test_fixed_settings_skip_adaptation(large_logistic):
     model = large_logistic.model
     step = SGLD(
