@@ -628,6 +628,16 @@ class StochasticGradientStep(ArrayStepShared):
             self._start_from(position, self.adapter.travel_diverged(chain))
             stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
             return q0, [stats]
+        if (
+            result.steps_taken < n_steps
+            and self.tune
+            and self.adapter.recovers_from_divergence(chain)
+        ):
+            # A curvature beyond the measured range: smaller steps from the last draw.
+            messages = self.adapter.tune_diverged(chain, step_sizes[result.steps_taken])
+            self._start_from(position, messages)
+            stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
+            return q0, [stats]
         if result.steps_taken < n_steps:
             self._diverge(step_sizes[result.steps_taken])
         stats = self._stats(

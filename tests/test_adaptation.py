@@ -578,3 +578,24 @@ def test_a_chain_without_a_mode_that_cannot_travel_says_so(caplog):
             compute_convergence_checks=False,
         )
     assert "the search found no posterior mode" in caplog.text
+
+
+@pytest.mark.parametrize("recovers", [True, False], ids=["recovers", "negative-control"])
+def test_a_tune_step_that_diverges_is_taken_back_with_smaller_steps(recovers):
+    """The non-centred radon-like model with exact gradients (batches of all N rows): steps
+    sized at the mode's curvatures diverge where the funnel narrows. During tune the chain
+    goes back to its last draw and counts on 4 times the largest curvature; where that is not
+    allowed (``max_stiffness`` 1) the chain stops, as after tuning."""
+    panel = radon_like(n_rows=919, n_groups=85, centred=False)
+    tuning = TuningConfig() if recovers else TuningConfig(max_stiffness=1.0)
+    step = SGHMC(batch_size=919, tuning=tuning, model=panel.model)
+    result = run(step, panel.model, draws=20, tune=300, seed=1)
+    diverging = np.asarray(result.sample_stats["diverging"])
+    stiffness = step.chain.measurements.stiffness
+    if recovers:
+        assert stiffness >= 4.0
+        assert not diverging.any()
+        assert np.all(np.isfinite(np.asarray(result.posterior["z"])))
+    else:
+        assert stiffness == 1.0
+        assert diverging.all()

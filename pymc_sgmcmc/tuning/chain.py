@@ -381,6 +381,41 @@ class ChainAdapter:
             self.travel_if_slow(chain, True, budget)
         return self._travel_messages(chain)
 
+    def recovers_from_divergence(self, chain: ChainState) -> bool:
+        """Return whether a tune step that diverged is to be taken back (see :meth:`tune_diverged`).
+
+        Only where the tuner chose the step size, and while the chain's
+        stiffness stays within ``tuning.max_stiffness``.
+        """
+        return (
+            self.measures
+            and self.choices.step_size is None
+            and chain.measurements is not None
+            and chain.measurements.stiffness * self.tuning.stiffening <= self.tuning.max_stiffness
+        )
+
+    def tune_diverged(self, chain: ChainState, step_size: float) -> list:
+        """Take smaller steps after a tune step diverged; return the messages for PyMC.
+
+        The step size was chosen for the curvatures measured, and a diverging
+        step shows a larger one where the chain went (the neck of a funnel,
+        the stiff end of a curved ridge). The chain starts again from its
+        last draw (the step method does that) with the largest curvature
+        counted ``tuning.stiffening`` times higher, kept through the tune
+        windows that follow.
+        """
+        stiffness = chain.measurements.stiffness * self.tuning.stiffening
+        chain.measurements = replace(chain.measurements, stiffness=stiffness)
+        chain.settings = self.settings(chain.measurements)
+        _log.info(
+            "%s: a tune step diverged at step size %.3g; the chain went back to its last draw "
+            "and steps for curvatures up to %g times the largest measured.",
+            self.name,
+            step_size,
+            stiffness,
+        )
+        return chain.settings.warnings
+
     def record_tune_draw(self, chain: ChainState, position, rng, tune: bool):
         """Add a tune draw to the current window; refine the settings when it closes.
 

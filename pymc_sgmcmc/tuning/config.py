@@ -105,6 +105,13 @@ class TuningConfig:
         second-order control variate: at a few dozen steps per draw there is
         less to save than compiling its Hessian-vector product costs on a
         new model (about a second).
+    stiffening : float
+        Factor by which a tune step that diverges raises the largest curvature
+        the tuner counts on (:meth:`~pymc_sgmcmc.tuning.chain.ChainAdapter.tune_diverged`):
+        4 halves a step size set by stability.
+    max_stiffness : float
+        The largest such factor in all; a chain that diverges beyond it stops,
+        as after tuning.
     dense_size : int
         Most coordinates for which a dense metric is a candidate; beyond, a
         low-rank one is.
@@ -155,6 +162,8 @@ class TuningConfig:
     second_order_linearity: float = 0.1
     second_order_draws: int = 1000
     second_order_relaxation: float = 100.0
+    stiffening: float = 4.0
+    max_stiffness: float = 4.0**5
     dense_size: int = 200
     low_rank: int = 10
     low_rank_spread: float = 2.0

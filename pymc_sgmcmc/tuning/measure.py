@@ -79,6 +79,10 @@ class Measurements:
         How many times more slowly than the Gaussian model predicts the
         chain's tune draws decorrelated (:func:`~pymc_sgmcmc.tuning.windows.slowness`);
         1 until a window has shown it slower.
+    stiffness : float
+        Factor on the largest measured curvature: raised where a tune step
+        diverged, showing a curvature beyond the measured range (a funnel's
+        neck); 1 until then.
     """
 
     mode: np.ndarray
@@ -96,6 +100,7 @@ class Measurements:
     at_start: bool = False
     full_batches: bool = False
     slowness: float = 1.0
+    stiffness: float = 1.0
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.
@@ -103,7 +108,8 @@ class Measurements:
         ``factor`` is ``A`` (a matrix), or a diagonal preconditioner ``P``
         (a vector, ``A = diag(sqrt(P))``). The range spans the Hessian at the
         mode and, once tune draws have been used, the inverse variances of
-        the draws' covariance in those coordinates.
+        the draws' covariance in those coordinates; the largest is multiplied
+        by ``stiffness``.
         """
         factor = _as_factor(factor)
         values = np.linalg.eigvalsh(-factor.T @ self.hessian @ factor)
@@ -113,8 +119,8 @@ class Measurements:
             values = np.concatenate([values, 1.0 / variances])
         positive = values[values > 0]
         if positive.size == 0:
-            return 1.0, 1.0
-        return float(positive.min()), float(values.max())
+            return 1.0, self.stiffness
+        return float(positive.min()), float(values.max()) * self.stiffness
 
     def noise(self, estimator: str, factor) -> float:
         """Return the largest noise variance of ``estimator`` in the coordinates of ``factor``.
