@@ -599,3 +599,18 @@ def test_a_tune_step_that_diverges_is_taken_back_with_smaller_steps(recovers):
     else:
         assert stiffness == 1.0
         assert diverging.all()
+
+
+def test_measuring_again_keeps_the_curvature_a_diverging_tune_step_showed(large_logistic):
+    """A compound step measures again at the end of tuning; the stiffness stays."""
+    model = large_logistic.model
+    step = SGLD(batch_size=50, model=model)
+    start = DictToArrayBijection.map(model.initial_point()).data
+    rng = np.random.default_rng(0)
+    position, _ = step.adapter.adapt(step.chain, start, rng, start=True, tune=True)
+    before = step.chain.settings.step_size.value
+    step.adapter.tune_diverged(step.chain, before)
+    assert step.chain.measurements.stiffness == 4.0
+    step.adapter.adapt(step.chain, position, rng, start=False, tune=False)
+    assert step.chain.measurements.stiffness == 4.0
+    assert step.chain.settings.step_size.value < before

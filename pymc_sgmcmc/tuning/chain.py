@@ -218,6 +218,10 @@ class ChainAdapter:
                 self.tuning,
                 self.full_batches,
             )
+            if not start and chain.measurements is not None:
+                # Measured again (a compound step's end of tuning): a curvature
+                # a diverging tune step showed still holds.
+                measurements = replace(measurements, stiffness=chain.measurements.stiffness)
             chain.settings = self.settings(measurements)
             chain.measurements = measurements
             self.weigh_second_order(chain, rng)
