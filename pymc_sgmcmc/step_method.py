@@ -623,23 +623,29 @@ class StochasticGradientStep(ArrayStepShared):
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken
-        if result.steps_taken < n_steps and self.tune and chain.travelling:
+        stopped = result.steps_taken < n_steps
+        # A draw that ends where the density vanishes (a finite state far out
+        # in the tails) is no draw either.
+        vanished = not np.isfinite(result.log_density)
+        failed_step = step_sizes[min(result.steps_taken, n_steps - 1)]
+        if (stopped or vanished) and self.tune and chain.travelling:
             # The travel budget's steps left the curvatures they were chosen for.
             self._start_from(position, self.adapter.travel_diverged(chain))
             stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
-            return q0, [stats]
-        if (
-            result.steps_taken < n_steps
-            and self.tune
-            and self.adapter.recovers_from_divergence(chain)
-        ):
+            return RaveledVars(position, q0.point_map_info), [stats]
+        if (stopped or vanished) and self.tune and self.adapter.recovers_from_divergence(chain):
             # A curvature beyond the measured range: smaller steps from the last draw.
-            messages = self.adapter.tune_diverged(chain, step_sizes[result.steps_taken])
+            messages = self.adapter.tune_diverged(chain, failed_step)
             self._start_from(position, messages)
             stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
-            return q0, [stats]
-        if result.steps_taken < n_steps:
-            self._diverge(step_sizes[result.steps_taken])
+            # Where the draw started: at the first draw, the adapted start, not q0.
+            return RaveledVars(position, q0.point_map_info), [stats]
+        if stopped or vanished:
+            what = "the state or its gradient" if stopped else "the log density"
+            self._diverge(failed_step, what)
+        if vanished:
+            stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
+            return RaveledVars(position, q0.point_map_info), [stats]
         stats = self._stats(
             step_sizes[-1],
             result.log_density,
@@ -689,10 +695,10 @@ class StochasticGradientStep(ArrayStepShared):
         chain.step_values = (settings, n_steps, values) if constant and default else None
         return values
 
-    def _diverge(self, step_size: float) -> None:
+    def _diverge(self, step_size: float, what: str = "the state or its gradient") -> None:
         self.chain.diverged = True
         message = (
-            f"{type(self).__name__}: the state or its gradient became non-finite after "
+            f"{type(self).__name__}: {what} became non-finite after "
             f"{self.chain.steps_taken} inner steps at step size {step_size:.3g}; the chain stops "
             "moving. Reduce step_size."
         )

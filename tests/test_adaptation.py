@@ -614,3 +614,33 @@ def test_measuring_again_keeps_the_curvature_a_diverging_tune_step_showed(large_
     step.adapter.adapt(step.chain, position, rng, start=False, tune=False)
     assert step.chain.measurements.stiffness == 4.0
     assert step.chain.settings.step_size.value < before
+
+
+def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back():
+    """Exact gradients on the non-centred radon-like model: from this seed the first draw's
+    steps run out to ``mu`` near 8e5, where the state and gradient are finite but the log
+    density is -inf. That draw is taken back like a diverging one: the chain goes back to
+    where the draw started (the adapted start, not PyMC's initial point) with smaller steps."""
+    panel = radon_like(n_rows=919, n_groups=85, centred=False)
+    step = SGHMC(batch_size=919, model=panel.model)
+    with panel.model:
+        result = pm.sample(
+            step=step,
+            tune=3,
+            draws=1,
+            chains=1,
+            cores=1,
+            random_seed=0,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    first = result.warmup_sample_stats["log_density"].values[0, 0]
+    assert np.isnan(first)  # the draw that was taken back
+    assert step.chain.measurements.stiffness == 4.0
+    mu = np.concatenate(
+        [result.warmup_posterior["mu"].values.ravel(), result.posterior["mu"].values.ravel()]
+    )
+    assert np.all(np.abs(mu) < 100)
+    assert mu[0] != panel.model.initial_point()["mu"]
+    assert not np.asarray(result.sample_stats["diverging"]).any()
