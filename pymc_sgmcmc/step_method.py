@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -626,26 +627,25 @@ class StochasticGradientStep(ArrayStepShared):
         stopped = result.steps_taken < n_steps
         # A draw that ends where the density vanishes (a finite state far out
         # in the tails) is no draw either.
-        vanished = not np.isfinite(result.log_density)
-        failed_step = step_sizes[min(result.steps_taken, n_steps - 1)]
-        if (stopped or vanished) and self.tune and chain.travelling:
-            # The travel budget's steps left the curvatures they were chosen for.
-            self._start_from(position, self.adapter.travel_diverged(chain))
-            stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
-            return RaveledVars(position, q0.point_map_info), [stats]
-        if (stopped or vanished) and self.tune and self.adapter.recovers_from_divergence(chain):
-            # A curvature beyond the measured range: smaller steps from the last draw.
-            messages = self.adapter.tune_diverged(chain, failed_step)
-            self._start_from(position, messages)
-            stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
-            # Where the draw started: at the first draw, the adapted start, not q0.
-            return RaveledVars(position, q0.point_map_info), [stats]
+        vanished = not math.isfinite(result.log_density)
         if stopped or vanished:
-            what = "the state or its gradient" if stopped else "the log density"
-            self._diverge(failed_step, what)
-        if vanished:
-            stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
-            return RaveledVars(position, q0.point_map_info), [stats]
+            failed_step = step_sizes[min(result.steps_taken, n_steps - 1)]
+            taken_back = self.tune and (
+                chain.travelling or self.adapter.recovers_from_divergence(chain)
+            )
+            if taken_back and chain.travelling:
+                # The travel budget's steps left the curvatures they were chosen for.
+                self._start_from(position, self.adapter.travel_diverged(chain))
+            elif taken_back:
+                # A curvature beyond the measured range: smaller steps from the last draw.
+                self._start_from(position, self.adapter.tune_diverged(chain, failed_step))
+            else:
+                what = "the state or its gradient" if stopped else "the log density"
+                self._diverge(failed_step, what)
+            if taken_back or vanished:
+                stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
+                # Where the draw started: at the first draw, the adapted start, not q0.
+                return RaveledVars(position, q0.point_map_info), [stats]
         stats = self._stats(
             step_sizes[-1],
             result.log_density,

@@ -195,7 +195,7 @@ def test_second_order_control_variate_is_unbiased_and_quieter_elsewhere():
     assert np.max(np.abs(estimates.mean(axis=0) - full)) > 1e-3 * np.max(np.abs(full))
 
 
-def run(step, model, draws=20, tune=10, seed=3, chains=1):
+def run(step, model, draws=20, tune=10, seed=3, chains=1, **options):
     with model:
         return pm.sample(
             step=step,
@@ -206,6 +206,7 @@ def run(step, model, draws=20, tune=10, seed=3, chains=1):
             random_seed=seed,
             progressbar=False,
             compute_convergence_checks=False,
+            **options,
         )
 
 
@@ -623,18 +624,7 @@ def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back():
     where the draw started (the adapted start, not PyMC's initial point) with smaller steps."""
     panel = radon_like(n_rows=919, n_groups=85, centred=False)
     step = SGHMC(batch_size=919, model=panel.model)
-    with panel.model:
-        result = pm.sample(
-            step=step,
-            tune=3,
-            draws=1,
-            chains=1,
-            cores=1,
-            random_seed=0,
-            progressbar=False,
-            compute_convergence_checks=False,
-            discard_tuned_samples=False,
-        )
+    result = run(step, panel.model, draws=1, tune=3, seed=0, discard_tuned_samples=False)
     first = result.warmup_sample_stats["log_density"].values[0, 0]
     assert np.isnan(first)  # the draw that was taken back
     assert step.chain.measurements.stiffness == 4.0

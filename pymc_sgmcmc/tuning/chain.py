@@ -394,7 +394,6 @@ class ChainAdapter:
         return (
             self.measures
             and self.choices.step_size is None
-            and chain.measurements is not None
             and chain.measurements.stiffness * self.tuning.stiffening <= self.tuning.max_stiffness
         )
 
