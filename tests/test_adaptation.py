@@ -405,6 +405,7 @@ def test_tune_draws_after_the_windows_take_one_inner_step():
     assert np.all(kept == tuned[0])
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("name", list(SAMPLERS))
 def test_every_sampler_travels_and_is_measured_again(name, caplog):
     """With every chain counted as slow, the first tune window travels at the travel budget
@@ -434,6 +435,7 @@ def test_every_sampler_travels_and_is_measured_again(name, caplog):
     assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
 
 
+@pytest.mark.once
 def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(caplog):
     """Non-centred radon-like (N = 1,000, 20 groups): ``tau``'s mean moves by about 3 of its
     sds per unit of variance inflation, so each chain's tune windows cut the inflation allowed
@@ -461,6 +463,7 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
     assert move <= 0.05 * (1 + 1e-6)
 
 
+@pytest.mark.once
 def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
     """Batches of N rows drawn with replacement on the non-centred radon-like model: a travel
     window at a bias budget of 1 takes steps near the edge of stability, and one of them
@@ -524,6 +527,7 @@ def test_noise_is_measured_closely_where_a_few_rows_carry_it():
     assert 2 / 3 < min(ratios) and max(ratios) < 3 / 2, ratios
 
 
+@pytest.mark.once
 def test_a_posterior_without_a_mode_is_measured_at_the_chains_start(caplog):
     """Centred radon-like with weak data (N = 300, 60 groups): the joint density rises without
     bound as ``tau`` goes to 0 with every intercept at ``mu``, so the search runs into the

@@ -47,12 +47,19 @@ pytestmark = pytest.mark.statistical
 BATCH_SIZE = 100  # N / B = 20 at N = 2,000
 
 
-def samplers(names=SAMPLERS):
-    """Parameters over the registered samplers ``names``; those beyond SGLD and SGHMC
-    carry the ``family`` mark.
+def samplers(names=SAMPLERS, core_marks=(pytest.mark.once,)):
+    """Parameters over the registered samplers ``names``.
+
+    Those beyond SGLD and SGHMC carry the ``family`` mark, SGLD and SGHMC
+    ``core_marks``: by default ``once``, so that CI runs each run on one PyMC
+    version (the family's on PyMC 5, the core samplers' on PyMC 6).
     """
     return [
-        pytest.param(SAMPLERS[name], id=name, marks=[] if name in CORE else [pytest.mark.family])
+        pytest.param(
+            SAMPLERS[name],
+            id=name,
+            marks=list(core_marks) if name in CORE else [pytest.mark.family],
+        )
         for name in names
     ]
 
@@ -142,6 +149,7 @@ def test_measured_inflation_is_the_bias_budget(gaussian, sampler, temperature):
     np.testing.assert_allclose(recorded, budget, rtol=1e-6)
 
 
+@pytest.mark.once
 @pytest.mark.parametrize(
     "options",
     [{"friction": 2e4}, {"mass": 1.0}, {"friction": 50.0, "mass": 10.0}],
@@ -161,6 +169,7 @@ def test_measured_inflation_is_the_bias_budget_with_given_friction_and_mass(gaus
     assert_matches(comparison, f"SGHMC {options}", np.sqrt(1 + budget))
 
 
+@pytest.mark.once
 @pytest.mark.parametrize(("step_size", "bounds"), [(2e-3, (0.1, 1.0)), (2e-2, (1.0, 5.0))])
 def test_given_step_size_inflates_as_predicted(gaussian, step_size, bounds):
     """A step size the user gives is kept; the recorded prediction is what the chain does.
@@ -193,6 +202,7 @@ def test_given_step_size_inflates_as_predicted(gaussian, step_size, bounds):
     assert_matches(comparison, "SGLD given step size", expected, expected_se)
 
 
+@pytest.mark.once
 def test_batches_of_every_row_leave_the_budget_to_the_discretisation():
     """A batch of all N rows drawn without replacement is the full-data gradient.
 
@@ -230,11 +240,13 @@ def sgld_regression_draws(regression):
     return sample(regression.model, step, 3000, 1).posterior
 
 
+@pytest.mark.once
 def test_sgld_with_minibatch_noise_matches_exact_regression(regression, sgld_regression_draws):
     comparison = compare(sgld_regression_draws, regression.means, regression.sds)
     assert_meets_bar(comparison, "SGLD regression, minibatch gradient")
 
 
+@pytest.mark.once
 def test_sghmc_with_minibatch_noise_matches_exact_regression(regression):
     def step():
         return SGHMC(batch_size=BATCH_SIZE, control_variate=False)
@@ -244,6 +256,7 @@ def test_sghmc_with_minibatch_noise_matches_exact_regression(regression):
     assert_meets_bar(comparison, "SGHMC regression, minibatch gradient")
 
 
+@pytest.mark.once
 def test_negative_control_wrong_target(regression, sgld_regression_draws):
     """The same draws checked against the posterior of other data must fail."""
     other = normal_inverse_gamma_regression(n_rows=2000, seed=99)
@@ -252,6 +265,7 @@ def test_negative_control_wrong_target(regression, sgld_regression_draws):
         assert_meets_bar(comparison, "negative control: other data")
 
 
+@pytest.mark.once
 def test_negative_control_wrong_scale(regression):
     """A likelihood scaled by N/(2B) instead of N/B widens the sds by sqrt(2): the check fails."""
     halved = normal_inverse_gamma_regression(n_rows=2000, total_size=1000)
@@ -331,6 +345,7 @@ def switching_regression(n_rows=5000, seed=0):
     return model, means, sds
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("control_variate", [None, True])
 @pytest.mark.parametrize("sampler", [SGLD, SGHMC], ids=["SGLD", "SGHMC"])
 def test_compound_step_with_metropolis(sampler, control_variate):
@@ -353,6 +368,7 @@ def test_compound_step_with_metropolis(sampler, control_variate):
     assert_meets_bar(compare(draws, means, sds), f"{sampler.__name__} + Metropolis")
 
 
+@pytest.mark.once
 def test_compound_step_with_nuts_assigned_by_pymc(regression):
     """``step=[SGHMC(vars=[beta])]``: PyMC gives the noise variance to NUTS."""
     with regression.model:
@@ -381,6 +397,7 @@ def high_leverage():
     return polynomial_regression(n_rows=50_000)
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("sampler", [SGLD, SGHMC])
 def test_second_order_control_variate_samples_rows_of_unequal_leverage(high_leverage, sampler):
     """The control variate's noise here is the minibatch's error in the curvature (cubes of
@@ -400,7 +417,8 @@ def test_second_order_control_variate_samples_rows_of_unequal_leverage(high_leve
     assert_meets_bar(comparison, f"{sampler.__name__} defaults, rows of unequal leverage")
 
 
-@pytest.mark.parametrize("sampler", samplers())
+# With the family's runs, which share the NUTS reference computed by the fixture.
+@pytest.mark.parametrize("sampler", samplers(core_marks=()))
 def test_defaults_match_nuts_on_logistic_regression(logistic, sampler):
     # The NUTS reference's own Monte Carlo error takes part of the precision
     # budget, so 2,000 draws per chain leave the samplers with the least ESS
