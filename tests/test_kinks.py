@@ -36,7 +36,7 @@ def data_sets():
 
 
 # Beyond ``kink_coordinates`` coordinates the check looks along random directions.
-@pytest.mark.once
+@pytest.mark.statistical
 @pytest.mark.parametrize("config", [TuningConfig(), TuningConfig(kink_coordinates=1)])
 def test_laplace_picture_of_a_median_regression_has_the_posterior_sds(data_sets, config):
     # The information is estimated from 256 minibatches: its diagonal is
@@ -59,7 +59,7 @@ def test_differencing_alone_misses_the_curvature_of_a_median_regression(data_set
     assert max(worst) > np.log(2.0)
 
 
-@pytest.mark.once
+@pytest.mark.statistical
 def test_sghmc_defaults_sample_a_median_regression():
     # The data set on which the differenced Hessian at the mode is the prior's.
     known = median_regression()

@@ -526,9 +526,9 @@ def test_sgrld_samples_a_funnel_and_needs_its_correction(weak_funnel):
         "preconditioner": None,
         "control_variate": False,
     }
-    result = sample(model, lambda: SGRLD(**settings), 4000, 11, tune=200)
+    result = sample(model, lambda: SGRLD(**settings), 2000, 11, tune=200)
     assert_matches(compare(result.posterior, means, sds), "SGRLD on a funnel")
-    control = sample(model, lambda: _SGRLDWithoutCorrection(**settings), 4000, 11, tune=200)
+    control = sample(model, lambda: _SGRLDWithoutCorrection(**settings), 2000, 11, tune=200)
     comparison = compare(control.posterior, means, sds)
     print(comparison.report("SGRLD without its correction"))
     z = critical_value(2 * comparison.size)
