@@ -47,7 +47,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import ParameterValueError
 from pytensor.gradient import grad
@@ -55,6 +54,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.cluster import ClusterPasses
+from pymc_sgmcmc.compiling import compile_function
 from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.disk_rows import PIECE_ROWS, PageRelease, is_run
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
@@ -230,7 +230,7 @@ class Probe:
         self.chunk_rows = int(chunk_rows)
         self.compile_kwargs = dict(compile_kwargs or {})
         self._position_dtype = density.position.dtype
-        terms = pytensor.function(
+        terms = compile_function(
             [density.position, density.indices],
             [
                 density.log_prior,
@@ -304,7 +304,7 @@ class Probe:
             return self.second_order_gradient(position, indices, inputs)
         if estimator not in self._estimators:
             symbolic = ESTIMATORS[estimator](self.density)
-            function = pytensor.function(
+            function = compile_function(
                 [self.density.position, self.density.indices, *symbolic.inputs.values()],
                 [symbolic.gradient],
                 on_unused_input="ignore",
@@ -387,7 +387,7 @@ class Probe:
             )
             # A piecewise-linear likelihood has a product of zero that never
             # reads the direction.
-            function = pytensor.function(
+            function = compile_function(
                 [self.density.position, self.density.indices, symbolic],
                 [product],
                 **{**self.compile_kwargs, "on_unused_input": "ignore"},

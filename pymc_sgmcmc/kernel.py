@@ -11,6 +11,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.compiling import numba_flags
 from pymc_sgmcmc.direct import claim_jax_process, direct_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
@@ -266,9 +267,8 @@ class Kernel:
         return (Kernel, self._arguments)
 
     def _compile(self, inputs, outputs):
-        # Numba's fast-math flags let LLVM assume values are finite, which would
-        # remove the divergence check; the kernel is compiled without them.
-        with pytensor.config.change_flags(numba__fastmath=False):
+        # Without Numba's fast-math flags, which would remove the divergence check.
+        with numba_flags():
             function = pm.compile(inputs, outputs, on_unused_input="ignore", **self._compile_kwargs)
         function.trust_input = True
         return function

@@ -38,6 +38,7 @@ import xarray as xr
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.compiling import compile_function
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density, with_data
 from pymc_sgmcmc.step_method import PROBE_MODE
@@ -232,7 +233,7 @@ def _forward_function(model: pm.Model):
     # The transforms' parameters (e.g. an Interval's bounds) may be other free
     # variables: they take their values at the same draw.
     outputs = graph_replace(outputs, dict(zip(free, placeholders, strict=True)), strict=False)
-    function = pytensor.function(placeholders, outputs, mode=PROBE_MODE, on_unused_input="ignore")
+    function = compile_function(placeholders, outputs, mode=PROBE_MODE, on_unused_input="ignore")
     return free, function
 
 
@@ -247,11 +248,11 @@ def _score_function(model: pm.Model, continuous, batch_size: int | None, data=No
             point, [model.logp(jacobian=True)], continuous, shared
         )
         gradient = pytensor.grad(log_density, position)
-        function = pytensor.function([position], gradient, mode=PROBE_MODE)
+        function = compile_function([position], gradient, mode=PROBE_MODE)
         return function, shared, None
     density = build_minibatch_log_density(model, continuous, shared)
     _check_batch_size(batch_size, density.n_rows)
-    function = pytensor.function(
+    function = compile_function(
         [density.position, density.indices], density.gradient, mode=PROBE_MODE
     )
     return function, shared, density.n_rows
@@ -269,7 +270,7 @@ def _score_on_data(model, continuous, shared, batch_size, data):
     n_rows = density.n_rows
     if batch_size is not None:
         _check_batch_size(batch_size, n_rows)
-        function = pytensor.function(
+        function = compile_function(
             [density.position, density.indices], density.gradient, mode=PROBE_MODE
         )
         return function, shared, n_rows

@@ -2,6 +2,10 @@
 
 import dataclasses
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 
 import arviz as az
 import matplotlib
@@ -123,6 +127,43 @@ def test_jax_kernels_in_a_compound_step_read_the_other_blocks_new_values(model):
     np.testing.assert_allclose(jax[0], default[0], rtol=1e-9)
     np.testing.assert_array_equal(jax[1], default[1])
     assert np.unique(jax[1]).size > 2, "the other block must move"
+
+
+FIRST_RUN = textwrap.dedent(
+    """
+    import numpy as np, pymc as pm
+    from pymc_sgmcmc import SGHMC
+    from pymc_sgmcmc.real_posteriors import radon_like
+    from pymc_sgmcmc.tuning import TuningConfig
+    panel = radon_like(n_rows=300, n_groups=20, centred=False)
+    with panel.model:
+        step = SGHMC(batch_size=50, tuning=TuningConfig(interpreted_steps=0))
+        result = pm.sample(step=step, tune=50, draws=20, chains=1, random_seed=1,
+                           progressbar=False, compute_convergence_checks=False)
+    print(repr(step.chain.measurements.mode.tolist()))
+    print(repr(np.asarray(result.posterior["z"]).tolist()))
+    """
+)
+
+
+def test_a_first_run_and_a_run_from_the_caches_give_the_same_draws(tmp_path):
+    """The code compiled in a first run and the code read back from the caches agree.
+
+    Each run is a new process with PyTensor's (and Numba's) caches in ``tmp_path``:
+    the first compiles everything, the second reads it back.
+    """
+    environment = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path}"}
+    draws = [
+        subprocess.run(
+            [sys.executable, "-c", FIRST_RUN],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert draws[0] and draws[0] == draws[1]
 
 
 def test_output_groups_and_sampler_stats(model):
