@@ -9,7 +9,9 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
+from pymc.logprob.utils import CheckParameterValue, local_check_parameter_to_ninf_switch
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import apply_ancestors
 
 from pymc_sgmcmc.compiling import numba_flags
 from pymc_sgmcmc.direct import claim_jax_process, direct_call
@@ -18,7 +20,14 @@ from pymc_sgmcmc.estimators import GradientEstimator
 from pymc_sgmcmc.metric import IdentityMetric, Metric
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["Kernel", "KernelResult", "as_state", "checked_input", "is_jax"]
+__all__ = [
+    "Kernel",
+    "KernelResult",
+    "as_state",
+    "checked_input",
+    "checks_as_minus_infinity",
+    "is_jax",
+]
 
 
 @dataclass(slots=True)
@@ -60,6 +69,25 @@ def as_state(state: Mapping[str, object]) -> dict[str, np.ndarray]:
     return {name: np.asarray(value, dtype="float64") for name, value in state.items()}
 
 
+def checks_as_minus_infinity(variable):
+    """Return ``variable`` with PyMC's parameter checks turned into a log density of -inf.
+
+    :func:`pymc.compile` does this to a whole graph, but not inside the loops
+    of a ``scan``, where a failed check would raise instead.
+    """
+    while True:
+        checks = (
+            node
+            for node in apply_ancestors([variable])
+            if isinstance(node.op, CheckParameterValue) and node.op.can_be_replaced_by_ninf
+        )
+        node = next(checks, None)
+        if node is None:
+            return variable
+        (switch,) = local_check_parameter_to_ninf_switch.transform(None, node)
+        variable = graph_replace(variable, {node.outputs[0]: switch}, strict=False)
+
+
 def checked_input(sampler: str, named: Mapping, name: str, dtype, template, size: int):
     """Return input ``name`` of ``named`` as a C-ordered array of ``dtype``, checked.
 
@@ -96,6 +124,11 @@ class Kernel:
     by the caller, from the chain's generator, so a chain is reproducible from
     its seed alone. When a step produces a non-finite state or gradient, the
     state stays at the last finite one for the rest of the call.
+
+    :meth:`draws` runs the steps of several recorded draws in one call, in a
+    second ``scan`` around the draw's, and returns each draw's state,
+    position and statistics (see :mod:`pymc_sgmcmc.ahead`); a plain call is
+    one such draw.
 
     Only the minibatch rows are read at each step: the graph indexes the data
     with the batch's indices, so the cost of a step does not depend on N.
@@ -204,9 +237,48 @@ class Kernel:
                 step_outputs, dict(zip(placeholders, arguments, strict=True)), strict=False
             )
 
-        batch_indices = pt.matrix("batch_indices", dtype=density.indices.dtype)
-        noises = pt.tensor3("noises", dtype="float64")
-        step_values = [pt.vector(f"{name}s", dtype="float64") for name in step_inputs]
+        n_step_inputs, n_state = len(step_inputs), len(state)
+        metric_names = tuple(metric_inputs)
+        named_names = tuple(named_inputs)
+
+        def one_draw(*arguments):
+            # One recorded draw: its inner steps, then its position and log
+            # density. The outer scan passes the draw's batches, noise and
+            # per-step inputs, then the state and ``alive``, then the chain inputs.
+            indices, noises = arguments[:2]
+            values = arguments[2 : 2 + n_step_inputs]
+            carried = arguments[2 + n_step_inputs : 3 + n_step_inputs + n_state]
+            named = dict(zip(named_names, arguments[3 + n_step_inputs + n_state :], strict=True))
+            outputs, _ = pytensor.scan(
+                inner_step,
+                sequences=[indices, noises, *values],
+                outputs_info=[*carried, None, None],
+                non_sequences=list(named.values()),
+                n_steps=indices.shape[0],
+                strict=False,
+                return_list=True,
+            )
+            *states, alive_steps, norms, clipped_steps = outputs
+            results = [s[-1] for s in states]
+            in_metric = {metric_inputs[name]: named[name] for name in metric_names}
+            position = graph_replace(theta, {coordinates: results[0]} | in_metric, strict=False)
+            # The log density is a statistic only: evaluated once per draw, at
+            # its end with its last batch, not inside the inner loop; -inf
+            # where the position fails the model's parameter checks.
+            log_density = graph_replace(
+                checks_as_minus_infinity(density.log_density),
+                {density.position: position, density.indices: indices[-1]},
+                strict=False,
+            )
+            steps_taken = pt.sum(alive_steps, dtype="int64")
+            clipped_taken = pt.sum(clipped_steps & alive_steps, dtype="int64")
+            ends = [alive_steps[-1], position, log_density, norms[-1], steps_taken, clipped_taken]
+            return [*results, *ends]
+
+        # Draws x K steps of batches (B rows), noise (V x D) and per-step inputs.
+        batch_indices = pt.tensor3("batch_indices", dtype=density.indices.dtype)
+        noises = pt.tensor4("noises", dtype="float64")
+        step_values = [pt.matrix(f"{name}s", dtype="float64") for name in step_inputs]
         initial_state = [
             pt.tensor(f"initial_{name}", shape=(None,) * variable.ndim, dtype="float64")
             for name, variable in state.items()
@@ -216,31 +288,15 @@ class Kernel:
             for name, variable in named_inputs.items()
         }
         outputs, _ = pytensor.scan(
-            inner_step,
+            one_draw,
             sequences=[batch_indices, noises, *step_values],
-            outputs_info=[*initial_state, pt.as_tensor(np.True_), None, None],
+            outputs_info=[*initial_state, pt.as_tensor(np.True_), None, None, None, None, None],
             non_sequences=list(named_values.values()),
             n_steps=batch_indices.shape[0],
             strict=False,
             return_list=True,
         )
-        *states, alive_steps, norms, clipped_steps = outputs
-        steps_taken = pt.sum(alive_steps)
-        clipped_taken = pt.sum(clipped_steps & alive_steps)
-        results = [s[-1] for s in states]
-        final_position = graph_replace(
-            theta,
-            {coordinates: results[0]}
-            | {metric_inputs[name]: named_values[name] for name in metric_inputs},
-            strict=False,
-        )
-        # The log density is a statistic only: evaluated once, at the returned
-        # position with the last batch, not inside the loop.
-        log_density = graph_replace(
-            density.log_density,
-            {density.position: final_position, density.indices: batch_indices[-1]},
-            strict=False,
-        )
+        *states, _, positions, log_densities, norms, steps_taken, clipped_taken = outputs
         inputs = [*initial_state, batch_indices, noises, *step_values, *named_values.values()]
         self.state_names = tuple(state)
         self._step_input_names = tuple(dynamics.step_inputs)
@@ -250,7 +306,7 @@ class Kernel:
             spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar
         }
         self._shapes = {name: ("D",) for name in coordinate_inputs} | metric.input_shapes
-        outputs = [*results, final_position, log_density, norms[-1], steps_taken, clipped_taken]
+        outputs = [*states, positions, log_densities, norms, steps_taken, clipped_taken]
         self._compile_kwargs = dict(compile_kwargs or {})
         if is_jax(self._compile_kwargs):
             # JAX compiles loops of a fixed length only: one function per length.
@@ -273,29 +329,31 @@ class Kernel:
         function.trust_input = True
         return function
 
-    def compiled_function(self, length: int | None = None):
+    def compiled_function(self, length: int | None = None, draws: int = 1):
         """Return the compiled PyTensor function behind the kernel.
 
-        With JAX, the function of loops of ``length`` steps (compiled now
-        if it was not yet); otherwise the one function for every length.
+        With JAX, the function of ``draws`` draws of ``length`` steps each
+        (compiled now if it was not yet); otherwise the one function for
+        every length.
         """
         if not is_jax(self._compile_kwargs):
             return self._function
-        return self._fixed_length(length)[0]
+        return self._fixed_length((draws, length))[0]
 
-    def _fixed_length(self, length: int):
-        """Return the JAX function of loops of ``length`` steps and its call, compiled once.
+    def _fixed_length(self, lengths: tuple[int, int]):
+        """Return the JAX function of loops of ``lengths`` (draws, steps) and its call.
 
-        The per-step inputs get a static length, so that PyTensor folds the
-        loop's length into a constant, as ``jax.lax.scan`` needs.
+        Compiled once per pair. The per-step inputs get static lengths, so
+        that PyTensor folds the loops' lengths into constants, as
+        ``jax.lax.scan`` needs.
         """
         claim_jax_process()
-        if length not in self._by_length:
+        if lengths not in self._by_length:
             inputs, outputs, sequences = self._graph
             fixed = {
                 variable: pt.tensor(
                     variable.name,
-                    shape=(length, *variable.type.shape[1:]),
+                    shape=(*lengths, *variable.type.shape[2:]),
                     dtype=variable.dtype,
                 )
                 for variable in sequences
@@ -304,12 +362,12 @@ class Kernel:
             inputs = [fixed.get(variable, variable) for variable in inputs]
             function = self._compile(inputs, outputs)
             call = direct_call(function, len(inputs), on_device=True)
-            self._by_length[length] = (function, call)
-        return self._by_length[length]
+            self._by_length[lengths] = (function, call)
+        return self._by_length[lengths]
 
     def _fixed_length_call(self, *arguments):
-        """Run the JAX function of this many steps; return numpy arrays."""
-        _, call = self._fixed_length(len(arguments[len(self.state_names)]))
+        """Run the JAX function of this many draws and steps; return numpy arrays."""
+        _, call = self._fixed_length(arguments[len(self.state_names)].shape[:2])
         return [np.asarray(value) for value in call(*arguments)]
 
     def prepare(self, named: Mapping[str, np.ndarray], size: int) -> list[np.ndarray]:
@@ -354,19 +412,40 @@ class Kernel:
         values of each per-step input, and ``values`` the chain inputs as
         returned by :meth:`prepare`.
         """
+        steps = {name: value[None] for name, value in step_inputs.items()}
+        return self.draws(state, indices[None], noise[None], steps, values)[0]
+
+    def draws(
+        self,
+        state: Mapping[str, np.ndarray],
+        indices: np.ndarray,
+        noise: np.ndarray,
+        step_inputs: Mapping[str, np.ndarray],
+        values: list[np.ndarray],
+    ) -> list[KernelResult]:
+        """Take the inner steps of several draws from ``state``, one after another.
+
+        As :meth:`__call__`, with one more leading axis: ``indices`` is
+        draws x K x B, ``noise`` draws x K x V x D and each per-step input
+        draws x K. Returns one result per draw, each what a call from the
+        previous draw's state would have returned; after a non-finite step
+        the state stays at the last finite one, and later draws take no step.
+        """
         arguments = [state[name] for name in self.state_names]
         arguments.append(indices)
         arguments.append(noise)
         arguments.extend([step_inputs[name] for name in self._step_input_names])
         arguments.extend(values)
-        *new_state, position, log_density, gradient_norm, steps_taken, clipped = self._call(
-            *arguments
-        )
-        return KernelResult(
-            dict(zip(self.state_names, new_state, strict=True)),
-            position,
-            float(log_density),
-            float(gradient_norm),
-            int(steps_taken),
-            int(clipped),
-        )
+        *states, positions, log_densities, norms, steps_taken, clipped = self._call(*arguments)
+        names = self.state_names
+        return [
+            KernelResult(
+                {name: value[draw] for name, value in zip(names, states, strict=True)},
+                positions[draw],
+                float(log_densities[draw]),
+                float(norms[draw]),
+                int(steps_taken[draw]),
+                int(clipped[draw]),
+            )
+            for draw in range(len(positions))
+        ]

@@ -17,13 +17,14 @@ from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
+from pymc_sgmcmc.ahead import draw_inputs, draws_per_call
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.cluster import check_client
 from pymc_sgmcmc.compiled_model import compiled_model
 from pymc_sgmcmc.disk_rows import is_on_disk
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
-from pymc_sgmcmc.kernel import as_state, is_jax
+from pymc_sgmcmc.kernel import KernelResult, as_state, is_jax
 from pymc_sgmcmc.loop import interpretable
 from pymc_sgmcmc.minibatch import MinibatchError
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
@@ -513,6 +514,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.tune = False
         chain = self.chain
         chain.window = []
+        chain.ahead.clear()
         if chain.settings is not None and self.measures and self.density.other_blocks:
             chain.readapt = True
 
@@ -536,6 +538,7 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _prepare_kernel_inputs(self) -> None:
         chain = self.chain
+        chain.ahead.clear()
         settings = chain.settings
         named = {
             **settings.inputs,
@@ -615,12 +618,7 @@ class StochasticGradientStep(ArrayStepShared):
             chain.steps_since_refresh = 0
             self._prepare_kernel_inputs()
 
-        indices = chain.batches.draw(self.rng, n_steps)
-        noise = self.rng.standard_normal((n_steps, self.dynamics.noise_vectors, position.size))
-        state = {**chain.state, "position": self._coordinates(settings.metric, position)}
-        self.compiled.pages.read(indices)
-        with interrupts_held:
-            result = self._kernel()(state, indices, noise, step_values, chain.kernel_inputs)
+        result = self._next_result(settings, position, n_steps, step_values)
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken
@@ -642,6 +640,7 @@ class StochasticGradientStep(ArrayStepShared):
             else:
                 what = "the state or its gradient" if stopped else "the log density"
                 self._diverge(failed_step, what)
+                chain.ahead.clear()
             if taken_back or vanished:
                 stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
                 # Where the draw started: at the first draw, the adapted start, not q0.
@@ -661,6 +660,73 @@ class StochasticGradientStep(ArrayStepShared):
                 self._start_from(result.position, messages)
         chain.last_draw = (settings.metric, result.position, result.state["position"])
         return RaveledVars(result.position, q0.point_map_info), [stats]
+
+    def _next_result(self, settings, position, n_steps: int, step_values) -> KernelResult:
+        """Return what the kernel gives for the chain's next draw, from ``position``.
+
+        A draw the last call ran ahead is handed out where the chain still
+        stands where its last draw ended; otherwise the kernel runs the inner
+        steps of this draw, or after tuning those of several
+        (:mod:`pymc_sgmcmc.ahead`), keeping the later ones for the next draws.
+        """
+        chain = self.chain
+        if chain.ahead:
+            if chain.last_draw[1].tobytes() == position.tobytes():
+                return chain.ahead.pop()
+            chain.ahead.clear()
+        draws = self._draws_per_call(n_steps)
+        noise_shape = (self.dynamics.noise_vectors, position.size)
+        if draws == 1:
+            indices = chain.batches.draw(self.rng, n_steps)
+            noise = self.rng.standard_normal((n_steps, *noise_shape))
+        else:
+            indices, noise = draw_inputs(chain.batches, self.rng, draws, n_steps, noise_shape)
+        state = {**chain.state, "position": self._coordinates(settings.metric, position)}
+        self.compiled.pages.read(indices)
+        kernel = self._kernel()
+        if draws == 1:
+            with interrupts_held:
+                return kernel(state, indices, noise, step_values, chain.kernel_inputs)
+        block = self._step_block(settings, draws, n_steps, step_values)
+        with interrupts_held:
+            results = kernel.draws(state, indices, noise, block, chain.kernel_inputs)
+        results.reverse()
+        chain.ahead = results
+        return results.pop()
+
+    def _draws_per_call(self, n_steps: int) -> int:
+        """Return how many draws the next kernel call runs: one unless the draws repeat.
+
+        Several only after tuning, in the fused kernel, with the same per-step
+        inputs at every draw (kept by :meth:`_step_values`) and nothing else
+        that moves between draws: no other step method, no control-variate
+        refresh.
+        """
+        chain = self.chain
+        if (
+            self.tune
+            or chain.interpreted
+            or chain.step_values is None
+            or self.density.other_blocks
+            or self.control_variate_refresh is not None
+            or type(self.dynamics).draw_steps is not Dynamics.draw_steps
+        ):
+            return 1
+        tuning = self.tuning
+        return draws_per_call(tuning.steps_per_call, tuning.max_draws_per_call, n_steps)
+
+    def _step_block(self, settings, draws: int, n_steps: int, step_values) -> dict:
+        """Return ``step_values`` repeated for ``draws`` draws, built once per settings."""
+        chain = self.chain
+        kept = chain.step_block
+        if kept is not None and kept[0] is settings and kept[1:3] == (draws, n_steps):
+            return kept[3]
+        block = {
+            name: np.ascontiguousarray(np.broadcast_to(value, (draws, n_steps)))
+            for name, value in step_values.items()
+        }
+        chain.step_block = (settings, draws, n_steps, block)
+        return block
 
     def _coordinates(self, metric, position: np.ndarray) -> np.ndarray:
         """Return ``position`` in ``metric``'s coordinates.

@@ -137,6 +137,67 @@ def test_loop_stops_at_the_last_finite_state(density, compile_kwargs):
     assert np.all(np.isfinite(result.state["position"]))
 
 
+@BACKENDS
+@pytest.mark.parametrize("diverging_step", [None, 6], ids=["finite", "a-step-diverges"])
+def test_a_call_of_several_draws_runs_them_one_after_another(
+    density, compile_kwargs, diverging_step
+):
+    """Each draw of ``Kernel.draws`` is what a call from the previous draw's state returns.
+
+    After a non-finite step the state stays at the last finite one and later
+    draws of the call take no step.
+    """
+    dynamics = Underdamped()
+    kernel = Kernel(density, minibatch_gradient(density), dynamics, compile_kwargs)
+    inputs = chain_inputs(dynamics)
+    values = kernel.prepare(inputs, 3)
+    rng = np.random.default_rng(6)
+    indices = rng.integers(N_ROWS, size=(3, 4, 20))
+    noise = rng.standard_normal((3, 4, dynamics.noise_vectors, 3))
+    step_sizes = np.linspace(1e-3, 2e-3, 12).reshape(3, 4)
+    if diverging_step is not None:
+        step_sizes.flat[diverging_step] = np.inf
+    state = as_state(dynamics.initial_state(np.array([0.2, 0.1, -0.1]), inputs, rng))
+
+    results = kernel.draws(state, indices, noise, {"step_size": step_sizes}, values)
+
+    assert len(results) == 3
+    stopped = False
+    for draw, result in enumerate(results):
+        if stopped:
+            assert result.steps_taken == 0
+            for name, value in result.state.items():
+                np.testing.assert_array_equal(value, results[draw - 1].state[name])
+            continue
+        one = kernel(state, indices[draw], noise[draw], {"step_size": step_sizes[draw]}, values)
+        assert result.steps_taken == one.steps_taken
+        assert result.clipped_steps == one.clipped_steps
+        for name, value in one.state.items():
+            np.testing.assert_array_equal(result.state[name], value)
+        np.testing.assert_array_equal(result.position, one.position)
+        assert result.log_density == one.log_density
+        assert result.gradient_norm == one.gradient_norm
+        stopped = one.steps_taken < 4
+        state = one.state
+    assert stopped == (diverging_step is not None)
+
+
+def test_a_draw_that_ends_where_the_parameter_checks_fail_has_no_log_density():
+    """A finite state whose scale is 0 gets log density -inf, as the model's logp does."""
+    with pm.Model() as model:
+        sigma = pm.HalfNormal("sigma", 1.0)
+        pm.Normal("y", 0.0, sigma, observed=np.linspace(-1.0, 1.0, 40))
+    density = build_minibatch_log_density(model, model.value_vars)
+    kernel = Kernel(density, minibatch_gradient(density), Langevin)
+    values = kernel.prepare(chain_inputs(Langevin(), size=1), 1)
+    where = np.array([-1e40])  # log sigma: sigma is 0
+    assert model.compile_logp()({"sigma_log__": where[0]}) == -np.inf
+    indices = np.arange(40)[None, :]
+    noise = np.zeros((1, 1, 1))
+    result = kernel({"position": where}, indices, noise, {"step_size": np.zeros(1)}, values)
+    assert result.log_density == -np.inf
+
+
 def test_kernel_inputs_are_checked_once_per_chain(density):
     kernel = Kernel(density, minibatch_gradient(density), Underdamped)
     inputs = chain_inputs(Underdamped())

@@ -226,6 +226,63 @@ def test_divergence_stops_the_chain_and_warns(model, caplog):
     assert "Reduce step_size" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("step_class", "options", "tune"),
+    [
+        (SGHMC, {}, 20),
+        (pymc_sgmcmc.SGNHT, {}, 20),
+        # Just above the stable step size: the chain diverges after a few draws.
+        (SGLD, {"step_size": 0.003, "preconditioner": 1.0}, 0),
+    ],
+    ids=["SGHMC", "SGNHT", "SGLD-diverging"],
+)
+def test_draws_run_ahead_are_those_of_a_kernel_call_per_draw(
+    model, step_class, options, tune, monkeypatch
+):
+    """After tuning one kernel call runs several draws: PyMC gets the same draws and statistics."""
+    from pymc_sgmcmc.kernel import Kernel
+
+    calls = []
+    draws = Kernel.draws
+
+    def counted(kernel, state, indices, *arguments):
+        calls.append(len(indices))
+        return draws(kernel, state, indices, *arguments)
+
+    monkeypatch.setattr(Kernel, "draws", counted)
+
+    def sample(steps_per_call):
+        tuning = TuningConfig(interpreted_steps=0, steps_per_call=steps_per_call)
+        return run(
+            model,
+            step_class,
+            chains=1,
+            tune=tune,
+            draws=40,
+            step_options={**options, "tuning": tuning},
+            compute_convergence_checks=False,
+        )
+
+    one_each = sample(0)
+    assert set(calls) == {1}
+    calls.clear()
+    ahead = sample(15)
+    assert max(calls) == 3, "three draws of five steps per call"
+    np.testing.assert_array_equal(
+        np.asarray(one_each.posterior["beta"]), np.asarray(ahead.posterior["beta"])
+    )
+    for name, values in one_each.sample_stats.data_vars.items():
+        if values.dtype.kind in "biuf":
+            np.testing.assert_array_equal(
+                np.asarray(values), np.asarray(ahead.sample_stats[name]), err_msg=name
+            )
+    diverging = np.asarray(ahead.sample_stats["diverging"])
+    if "step_size" in options:
+        assert diverging.any() and not diverging[0, :3].any()
+    else:
+        assert not diverging.any()
+
+
 @pytest.mark.parametrize("step_class", list(SAMPLERS.values()), ids=list(SAMPLERS))
 def test_sampling_state_snapshot_restores_the_chain(model, step_class):
     """The per-chain state is PyMC step state: restoring a snapshot replays the same draws."""

@@ -90,6 +90,12 @@ class ChainState:
         The metric, the position (model coordinates) and the coordinates of
         the draw the chain last returned, so that a draw that starts where
         the last one ended skips the map into the metric's coordinates.
+    ahead : list of KernelResult
+        Draws the kernel has run before PyMC asked for them, the next one
+        last (:mod:`pymc_sgmcmc.ahead`).
+    step_block : tuple or None
+        The settings, the numbers of draws and steps and the per-step inputs
+        of the chain's last call of several draws, kept as ``step_values``.
     """
 
     batches: IndexStream
@@ -111,6 +117,8 @@ class ChainState:
     travel_budget: float = 0.0
     step_values: tuple | None = None
     last_draw: tuple | None = None
+    ahead: list = field(default_factory=list)
+    step_block: tuple | None = None
 
 
 class ChainAdapter:

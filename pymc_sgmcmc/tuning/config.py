@@ -62,6 +62,12 @@ class TuningConfig:
         costs tens of microseconds more per step and compiles nothing, so
         shorter runs never pay for a compilation, and a long run pays at
         most about as much again as compiling the kernel with warm caches.
+    steps_per_call, max_draws_per_call : int
+        After tuning, each call of the fused kernel takes the inner steps of
+        as many whole draws as fit in ``steps_per_call`` (at most
+        ``max_draws_per_call``, at least one), which PyMC then receives one
+        per draw: the draws are those of one call per draw, and the call's
+        fixed cost is shared. 0 takes one draw per call.
     noise_points, noise_batches : int
         Points drawn from the Laplace approximation at which the gradient
         noise is measured, and independent minibatches per point.
@@ -148,6 +154,8 @@ class TuningConfig:
     mode_distance: float = 1.0
     chunk_rows: int = 50_000
     interpreted_steps: int = 30_000
+    steps_per_call: int = 1000
+    max_draws_per_call: int = 100
     noise_points: int = 8
     noise_batches: int = 256
     curvature_grid: int = 8
