@@ -241,63 +241,75 @@ class Kernel:
         metric_names = tuple(metric_inputs)
         named_names = tuple(named_inputs)
 
-        def one_draw(*arguments):
-            # One recorded draw: its inner steps, then its position and log
-            # density. The outer scan passes the draw's batches, noise and
-            # per-step inputs, then the state and ``alive``, then the chain inputs.
-            indices, noises = arguments[:2]
-            values = arguments[2 : 2 + n_step_inputs]
-            carried = arguments[2 + n_step_inputs : 3 + n_step_inputs + n_state]
-            named = dict(zip(named_names, arguments[3 + n_step_inputs + n_state :], strict=True))
+        def build(draws=None, steps=None):
+            # The graph of ``draws`` draws of ``steps`` inner steps (any number
+            # where None): JAX needs both lengths fixed, inner loop included.
+
+            def one_draw(*arguments):
+                # One recorded draw: its inner steps, then its position and log
+                # density. The outer scan passes the draw's batches, noise and
+                # per-step inputs, then the state and ``alive``, then the chain inputs.
+                indices, noises = arguments[:2]
+                values = arguments[2 : 2 + n_step_inputs]
+                carried = arguments[2 + n_step_inputs : 3 + n_step_inputs + n_state]
+                named = dict(
+                    zip(named_names, arguments[3 + n_step_inputs + n_state :], strict=True)
+                )
+                outputs, _ = pytensor.scan(
+                    inner_step,
+                    sequences=[indices, noises, *values],
+                    outputs_info=[*carried, None, None],
+                    non_sequences=list(named.values()),
+                    n_steps=indices.shape[0] if steps is None else steps,
+                    strict=False,
+                    return_list=True,
+                )
+                *states, alive_steps, norms, clipped_steps = outputs
+                results = [s[-1] for s in states]
+                in_metric = {metric_inputs[name]: named[name] for name in metric_names}
+                position = graph_replace(theta, {coordinates: results[0]} | in_metric, strict=False)
+                # The log density is a statistic only: evaluated once per draw, at
+                # its end with its last batch, not inside the inner loop; -inf
+                # where the position fails the model's parameter checks.
+                log_density = graph_replace(
+                    checks_as_minus_infinity(density.log_density),
+                    {density.position: position, density.indices: indices[-1]},
+                    strict=False,
+                )
+                steps_taken = pt.sum(alive_steps, dtype="int64")
+                clipped_taken = pt.sum(clipped_steps & alive_steps, dtype="int64")
+                ends = [alive_steps[-1], position, log_density, norms[-1]]
+                return [*results, *ends, steps_taken, clipped_taken]
+
+            # Draws x steps of batches (B rows), noise (V x D) and per-step inputs.
+            batch_indices = pt.tensor(
+                "batch_indices", shape=(draws, steps, None), dtype=density.indices.dtype
+            )
+            noises = pt.tensor("noises", shape=(draws, steps, None, None), dtype="float64")
+            step_values = [
+                pt.tensor(f"{name}s", shape=(draws, steps), dtype="float64") for name in step_inputs
+            ]
+            initial_state = [
+                pt.tensor(f"initial_{name}", shape=(None,) * variable.ndim, dtype="float64")
+                for name, variable in state.items()
+            ]
+            named_values = [
+                pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
+                for name, variable in named_inputs.items()
+            ]
             outputs, _ = pytensor.scan(
-                inner_step,
-                sequences=[indices, noises, *values],
-                outputs_info=[*carried, None, None],
-                non_sequences=list(named.values()),
-                n_steps=indices.shape[0],
+                one_draw,
+                sequences=[batch_indices, noises, *step_values],
+                outputs_info=[*initial_state, pt.as_tensor(np.True_), *[None] * 5],
+                non_sequences=named_values,
+                n_steps=batch_indices.shape[0] if draws is None else draws,
                 strict=False,
                 return_list=True,
             )
-            *states, alive_steps, norms, clipped_steps = outputs
-            results = [s[-1] for s in states]
-            in_metric = {metric_inputs[name]: named[name] for name in metric_names}
-            position = graph_replace(theta, {coordinates: results[0]} | in_metric, strict=False)
-            # The log density is a statistic only: evaluated once per draw, at
-            # its end with its last batch, not inside the inner loop; -inf
-            # where the position fails the model's parameter checks.
-            log_density = graph_replace(
-                checks_as_minus_infinity(density.log_density),
-                {density.position: position, density.indices: indices[-1]},
-                strict=False,
-            )
-            steps_taken = pt.sum(alive_steps, dtype="int64")
-            clipped_taken = pt.sum(clipped_steps & alive_steps, dtype="int64")
-            ends = [alive_steps[-1], position, log_density, norms[-1], steps_taken, clipped_taken]
-            return [*results, *ends]
+            *states, _, positions, log_densities, norms, steps_taken, clipped_taken = outputs
+            inputs = [*initial_state, batch_indices, noises, *step_values, *named_values]
+            return inputs, [*states, positions, log_densities, norms, steps_taken, clipped_taken]
 
-        # Draws x K steps of batches (B rows), noise (V x D) and per-step inputs.
-        batch_indices = pt.tensor3("batch_indices", dtype=density.indices.dtype)
-        noises = pt.tensor4("noises", dtype="float64")
-        step_values = [pt.matrix(f"{name}s", dtype="float64") for name in step_inputs]
-        initial_state = [
-            pt.tensor(f"initial_{name}", shape=(None,) * variable.ndim, dtype="float64")
-            for name, variable in state.items()
-        ]
-        named_values = {
-            name: pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
-            for name, variable in named_inputs.items()
-        }
-        outputs, _ = pytensor.scan(
-            one_draw,
-            sequences=[batch_indices, noises, *step_values],
-            outputs_info=[*initial_state, pt.as_tensor(np.True_), None, None, None, None, None],
-            non_sequences=list(named_values.values()),
-            n_steps=batch_indices.shape[0],
-            strict=False,
-            return_list=True,
-        )
-        *states, _, positions, log_densities, norms, steps_taken, clipped_taken = outputs
-        inputs = [*initial_state, batch_indices, noises, *step_values, *named_values.values()]
         self.state_names = tuple(state)
         self._step_input_names = tuple(dynamics.step_inputs)
         self.input_names = tuple(named_inputs)
@@ -306,14 +318,14 @@ class Kernel:
             spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar
         }
         self._shapes = {name: ("D",) for name in coordinate_inputs} | metric.input_shapes
-        outputs = [*states, positions, log_densities, norms, steps_taken, clipped_taken]
         self._compile_kwargs = dict(compile_kwargs or {})
         if is_jax(self._compile_kwargs):
-            # JAX compiles loops of a fixed length only: one function per length.
-            self._graph = (inputs, outputs, (batch_indices, noises, *step_values))
+            # JAX compiles loops of a fixed length only: one function per pair of lengths.
+            self._build = build
             self._by_length = {}
             self._call = self._fixed_length_call
         else:
+            inputs, outputs = build()
             self._function = self._compile(inputs, outputs)
             self._call = direct_call(self._function, len(inputs))
 
@@ -343,23 +355,12 @@ class Kernel:
     def _fixed_length(self, lengths: tuple[int, int]):
         """Return the JAX function of loops of ``lengths`` (draws, steps) and its call.
 
-        Compiled once per pair. The per-step inputs get static lengths, so
-        that PyTensor folds the loops' lengths into constants, as
-        ``jax.lax.scan`` needs.
+        Compiled once per pair, from a graph whose loops have those lengths,
+        as ``jax.lax.scan`` needs.
         """
         claim_jax_process()
         if lengths not in self._by_length:
-            inputs, outputs, sequences = self._graph
-            fixed = {
-                variable: pt.tensor(
-                    variable.name,
-                    shape=(*lengths, *variable.type.shape[2:]),
-                    dtype=variable.dtype,
-                )
-                for variable in sequences
-            }
-            outputs = graph_replace(outputs, fixed, strict=False)
-            inputs = [fixed.get(variable, variable) for variable in inputs]
+            inputs, outputs = self._build(*lengths)
             function = self._compile(inputs, outputs)
             call = direct_call(function, len(inputs), on_device=True)
             self._by_length[lengths] = (function, call)
@@ -367,7 +368,7 @@ class Kernel:
 
     def _fixed_length_call(self, *arguments):
         """Run the JAX function of this many draws and steps; return numpy arrays."""
-        _, call = self._fixed_length(arguments[len(self.state_names)].shape[:2])
+        _, call = self._fixed_length(tuple(arguments[len(self.state_names)].shape[:2]))
         return [np.asarray(value) for value in call(*arguments)]
 
     def prepare(self, named: Mapping[str, np.ndarray], size: int) -> list[np.ndarray]:

@@ -100,6 +100,15 @@ def test_overhead_splits_each_draw_between_kernel_step_method_and_pymc():
     assert parts == pytest.approx(row["total"])
 
 
+def test_draws_per_call_times_a_call_per_draw_and_the_default():
+    from pymc_sgmcmc.benchmark import draws_per_call
+    from pymc_sgmcmc.tuning import TuningConfig
+
+    times = draws_per_call.time_per_draw(n_rows=500, draws=(20, 60))
+    assert set(times) == {("NUMBA", 0), ("NUMBA", TuningConfig.steps_per_call)}
+    assert all(np.isfinite(value) for value in times.values())
+
+
 def test_advi_and_hmcecs_rows_measure_accuracy_against_the_reference():
     from pymc_sgmcmc.benchmark import reference
     from pymc_sgmcmc.benchmark.runners import run_sampler
