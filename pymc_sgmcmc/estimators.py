@@ -66,6 +66,7 @@ __all__ = [
     "Probe",
     "control_variate_gradient",
     "minibatch_gradient",
+    "rows_per_piece",
     "second_order_control_variate_gradient",
 ]
 
@@ -197,6 +198,24 @@ ESTIMATORS = {
 }
 
 
+#: Bytes of data rows one call of the terms function reads at most. The
+#: function's intermediates grow with its rows, and once they leave the
+#: processor's caches each row costs several times more: on a logistic
+#: regression with 50 covariates (408 bytes a row), 113 ns a row up to 4,096
+#: rows and 983 ns at 65,536.
+PIECE_BYTES = 2**20
+
+
+def rows_per_piece(density: MinibatchLogDensity) -> int:
+    """Return how many rows of ``density``'s data one call of the terms function reads at most.
+
+    About :data:`PIECE_BYTES` of the data's rows, at least 1,024 rows.
+    """
+    arrays = [data.get_value(borrow=True) for data in density.data]
+    row_bytes = sum(array.itemsize * int(np.prod(array.shape[1:])) for array in arrays)
+    return max(1024, PIECE_BYTES // max(row_bytes, 1))
+
+
 class Probe:
     """Numerical access to a minibatch log density and its estimators, for tuning.
 
@@ -215,6 +234,10 @@ class Probe:
         Counts the rows read from memory-mapped files and releases their
         pages; one of its own by default, the kernels' where they read the
         same files.
+    piece_rows : int, optional
+        Rows one call of the compiled terms reads at most (a larger set is
+        evaluated in pieces, see :meth:`terms`); by default about
+        :data:`PIECE_BYTES` of the data's rows (:func:`rows_per_piece`).
     """
 
     def __init__(
@@ -224,10 +247,12 @@ class Probe:
         chunk_rows=50_000,
         cluster: ClusterPasses | None = None,
         pages: PageRelease | None = None,
+        piece_rows: int | None = None,
     ):
         self.density = density
         self.n_rows = density.n_rows
         self.chunk_rows = int(chunk_rows)
+        self.piece_rows = rows_per_piece(density) if piece_rows is None else int(piece_rows)
         self.compile_kwargs = dict(compile_kwargs or {})
         self._position_dtype = density.position.dtype
         terms = compile_function(
@@ -254,7 +279,14 @@ class Probe:
     def __reduce__(self):
         # Compiled code does not survive pickling (PyMC pickles the step
         # methods for chain processes it does not fork): compile again.
-        arguments = (self.density, self.compile_kwargs, self.chunk_rows, self.cluster, self.pages)
+        arguments = (
+            self.density,
+            self.compile_kwargs,
+            self.chunk_rows,
+            self.cluster,
+            self.pages,
+            self.piece_rows,
+        )
         return (Probe, arguments)
 
     def terms(self, position, indices):
@@ -262,12 +294,18 @@ class Probe:
 
         Where the model's parameter checks fail (e.g. a probability computed
         as NaN far from the mode) the log density is -inf and the gradients
-        NaN, so that a search treats the point as outside the support. Data
-        on disk (:mod:`pymc_sgmcmc.disk_rows`) is read at most
+        NaN, so that a search treats the point as outside the support.
+
+        More rows than :attr:`piece_rows` (a full pass, a large Hessian
+        subsample) are evaluated in pieces of that many, in order, and the
+        pieces' estimates averaged by their rows. Data on disk
+        (:mod:`pymc_sgmcmc.disk_rows`) is read at most
         :data:`~pymc_sgmcmc.disk_rows.PIECE_ROWS` scattered rows at a time.
         """
+        if len(indices) > self.piece_rows:
+            return self._terms_in_pieces(position, indices, self.piece_rows)
         if self.pages.active and len(indices) > PIECE_ROWS and not is_run(indices):
-            return self._terms_in_pieces(position, indices)
+            return self._terms_in_pieces(position, indices, PIECE_ROWS)
         # The compiled functions trust their inputs: a strided or differently
         # typed array would make Numba compile the whole function again.
         position = np.ascontiguousarray(position, dtype=self._position_dtype)
@@ -278,11 +316,11 @@ class Probe:
             nowhere = np.full_like(position, np.nan)
             return -np.inf, nowhere, -np.inf, nowhere
 
-    def _terms_in_pieces(self, position, indices):
-        """Return :meth:`terms` on ``indices``, from pieces of rows read one after another."""
+    def _terms_in_pieces(self, position, indices, piece_rows: int):
+        """Return :meth:`terms` on ``indices``, from pieces of rows evaluated one after another."""
         pieces = [
             (len(piece), self.terms(position, piece))
-            for piece in np.array_split(indices, -(-len(indices) // PIECE_ROWS))
+            for piece in np.array_split(indices, -(-len(indices) // piece_rows))
         ]
         log_prior, prior_gradient = pieces[0][1][:2]
         weights = [length / len(indices) for length, _ in pieces]
@@ -412,8 +450,9 @@ class Probe:
         position = np.asarray(position, dtype=self._position_dtype)
         size = position.size
         hessian = np.zeros((size, size))
-        for start in range(0, self.n_rows, self.chunk_rows):
-            rows = np.arange(start, min(start + self.chunk_rows, self.n_rows))
+        chunk_rows = min(self.chunk_rows, self.piece_rows)
+        for start in range(0, self.n_rows, chunk_rows):
+            rows = np.arange(start, min(start + chunk_rows, self.n_rows))
             weight = len(rows) / self.n_rows
             for j, unit in enumerate(np.eye(size)):
                 hessian[:, j] += weight * self.likelihood_hessian_product(position, rows, unit)

@@ -37,6 +37,35 @@ def test_mode_of_a_gaussian_posterior_is_its_mean(gaussian):
     assert distance < 1e-6
 
 
+def test_terms_on_more_rows_than_a_piece_are_those_of_one_call(gaussian):
+    _, density, probe = gaussian
+    position = np.array([0.4, -0.7])
+    rows = np.random.default_rng(1).permutation(2000)[:1500]
+    in_pieces = Probe(density, piece_rows=400)
+    compiled, calls = in_pieces._terms, []
+    in_pieces._terms = lambda point, indices: calls.append(len(indices)) or compiled(point, indices)
+    # Four pieces of 375 rows, each a mean over its rows, weighted by them.
+    for expected, given in zip(
+        probe.terms(position, rows), in_pieces.terms(position, rows), strict=True
+    ):
+        np.testing.assert_allclose(given, expected, rtol=1e-12)
+    assert calls == [375] * 4
+    np.testing.assert_allclose(in_pieces.full(position)[1], probe.full(position)[1], rtol=1e-12)
+    assert max(calls) <= 400
+
+
+def test_a_piece_holds_about_a_mebibyte_of_data_rows():
+    narrow = build_minibatch_log_density(*_model_and_values(logistic_regression(3000, 2)))
+    wide = build_minibatch_log_density(*_model_and_values(logistic_regression(3000, 50)))
+    # Two covariates and the outcome: 24 bytes a row; fifty and the outcome: 408.
+    assert Probe(narrow).piece_rows == 2**20 // 24
+    assert Probe(wide).piece_rows == 2**20 // 408
+
+
+def _model_and_values(panel):
+    return panel.model, panel.model.value_vars
+
+
 def test_measured_scale_and_curvatures_of_a_gaussian_posterior(gaussian):
     known, _, probe = gaussian
     measurements = measure(probe, 100, np.random.default_rng(1), np.zeros(2))
