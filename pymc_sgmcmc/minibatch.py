@@ -45,7 +45,13 @@ from pymc_sgmcmc.rows import (
     rows_of_observed,
 )
 
-__all__ = ["MinibatchError", "MinibatchLogDensity", "build_minibatch_log_density", "with_data"]
+__all__ = [
+    "MinibatchError",
+    "MinibatchLogDensity",
+    "build_minibatch_log_density",
+    "refuse_row_latents_in_minibatches",
+    "with_data",
+]
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,10 @@ class MinibatchLogDensity:
         methods), which the graphs read as shared variables.
     data : tuple of SharedVariable
         The N-row arrays the graphs gather minibatch rows from.
+    row_latents : tuple of str
+        Names of the value variables with one entry per row (per-row latent
+        variables), which the likelihood reads at the batch's rows; sampled
+        with full batches only (:func:`refuse_row_latents_in_minibatches`).
     """
 
     position: Variable
@@ -85,6 +95,7 @@ class MinibatchLogDensity:
     n_rows: int
     other_blocks: tuple = ()
     data: tuple = ()
+    row_latents: tuple = ()
 
     @property
     def log_density(self) -> Variable:
@@ -135,8 +146,12 @@ def _rebuild(outputs, replacements, n_rows, batch_length):
 
 
 def _data_replacements(terms, point, value_variables, n_rows, indices):
-    """Map every N-row array read by the likelihood to its rows at ``indices``."""
-    replacements = {}
+    """Map every N-row array read by the likelihood to its rows at ``indices``.
+
+    Returns the data's replacements and, apart, those of the free variables
+    with one entry per row (per-row latent variables), read at the same rows.
+    """
+    replacements, latents = {}, {}
     for variable in ancestors(terms):
         if variable.owner is not None or isinstance(variable.type, RandomType):
             continue
@@ -145,15 +160,34 @@ def _data_replacements(terms, point, value_variables, n_rows, indices):
         if variable in value_variables:
             shape = point[variable.name].shape
             if shape and shape[0] == n_rows:
-                raise MinibatchError(
-                    f"Free variable '{variable.name}' has one entry per observed row "
-                    f"(length {n_rows}); per-row latent variables cannot be minibatched: "
-                    "marginalise them out or sample the model with NUTS."
-                )
+                latents[variable] = variable[indices]
             continue
         if isinstance(variable, Constant | SharedVariable) and _leading_length(variable) == n_rows:
             replacements[variable] = _as_input(variable)[indices]
-    return replacements
+    return replacements, latents
+
+
+def refuse_row_latents_in_minibatches(density: MinibatchLogDensity, full_batches: bool) -> None:
+    """Refuse per-row latent variables unless every batch holds all rows.
+
+    A per-row latent variable's likelihood gradient is only seen when its row
+    is in the batch, scaled by N/B: unbiased, but noisy beyond use unless the
+    batches hold the full data.
+
+    Raises
+    ------
+    MinibatchError
+        If ``density`` has per-row latent variables and the batches are not
+        ``full_batches`` (all N rows, without replacement).
+    """
+    if density.row_latents and not full_batches:
+        names = ", ".join(repr(name) for name in density.row_latents)
+        raise MinibatchError(
+            f"Free variable {names} has one entry per observed row (length {density.n_rows}); "
+            f"per-row latent variables are sampled with full batches only: pass "
+            f"batch_size={density.n_rows} (without replacement), marginalise them out or "
+            "sample the model with NUTS."
+        )
 
 
 def _as_input(variable: Variable) -> Variable:
@@ -203,10 +237,10 @@ def build_minibatch_log_density(
     terms = model.logp(vars=model.observed_RVs, sum=False)
     indices = pt.vector("minibatch_indices", dtype="int64")
     batch_length = indices.shape[0]
-    replacements = _data_replacements(terms, point, set(model.value_vars), n_rows, indices)
+    replacements, latents = _data_replacements(terms, point, set(model.value_vars), n_rows, indices)
     if not replacements:
         refuse_unmatched_rows(terms, replacements, n_rows)
-    batch_terms = _rebuild(terms, replacements, n_rows, batch_length)
+    batch_terms = _rebuild(terms, {**replacements, **latents}, n_rows, batch_length)
 
     # N is read from the data, not written into the graph as a number, so the
     # compiled code is the same for data sets of any length.
@@ -236,6 +270,7 @@ def build_minibatch_log_density(
         n_rows,
         tuple((shared or {}).values()),
         tuple(gather.owner.inputs[0] for gather in replacements.values()),
+        tuple(variable.name for variable in latents),
     )
 
 

@@ -40,7 +40,11 @@ from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.compiling import compile_function
 from pymc_sgmcmc.estimators import Probe
-from pymc_sgmcmc.minibatch import build_minibatch_log_density, with_data
+from pymc_sgmcmc.minibatch import (
+    build_minibatch_log_density,
+    refuse_row_latents_in_minibatches,
+    with_data,
+)
 from pymc_sgmcmc.step_method import PROBE_MODE
 from pymc_sgmcmc.tuning.config import TuningConfig
 
@@ -252,6 +256,7 @@ def _score_function(model: pm.Model, continuous, batch_size: int | None, data=No
         return function, shared, None
     density = build_minibatch_log_density(model, continuous, shared)
     _check_batch_size(batch_size, density.n_rows)
+    refuse_row_latents_in_minibatches(density, batch_size == density.n_rows)
     function = compile_function(
         [density.position, density.indices], density.gradient, mode=PROBE_MODE
     )
@@ -270,6 +275,7 @@ def _score_on_data(model, continuous, shared, batch_size, data):
     n_rows = density.n_rows
     if batch_size is not None:
         _check_batch_size(batch_size, n_rows)
+        refuse_row_latents_in_minibatches(density, batch_size == n_rows)
         function = compile_function(
             [density.position, density.indices], density.gradient, mode=PROBE_MODE
         )

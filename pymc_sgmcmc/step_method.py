@@ -26,7 +26,7 @@ from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import KernelResult, as_state, is_jax
 from pymc_sgmcmc.loop import interpretable
-from pymc_sgmcmc.minibatch import MinibatchError
+from pymc_sgmcmc.minibatch import MinibatchError, refuse_row_latents_in_minibatches
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
@@ -90,6 +90,10 @@ def _check_data_argument(data, compile_kwargs) -> dict | None:
     return dict(data)
 
 
+def _is_integer(value) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def _positive_integer(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
@@ -130,7 +134,8 @@ class StochasticGradientStep(ArrayStepShared):
     vars : list of variables, optional
         Variables to sample; all continuous free variables by default.
     batch_size : int, optional
-        Rows per minibatch B; ``min(100, N)`` by default.
+        Rows per minibatch B; ``min(100, N)`` by default. A batch size larger
+        than N uses all N rows in every batch.
     step_size : float or schedule, optional
         Step size :math:`\eta`, a number or a schedule such as
         :class:`~pymc_sgmcmc.PolynomialDecay`; chosen from the bias budget by
@@ -337,8 +342,17 @@ class StochasticGradientStep(ArrayStepShared):
         density = self.compiled.density
         if batch_size is None:
             batch_size = min(100, density.n_rows)
+        elif _is_integer(batch_size) and batch_size > density.n_rows:
+            _log.info(
+                "batch_size=%d is more than the %d rows of the data: every batch holds all "
+                "rows (exact gradients).",
+                batch_size,
+                density.n_rows,
+            )
+            batch_size = density.n_rows
         self._batches = IndexStream(density.n_rows, batch_size, replace=replace)
         self.batch_size = self._batches.batch_size
+        refuse_row_latents_in_minibatches(density, self._batches.full)
         size = sum(int(np.prod(initial_point[v.name].shape, dtype=int)) for v in vars)
         self.dynamics.check_size(size)
         given_preconditioner, metric = self._check_preconditioner(preconditioner, size)

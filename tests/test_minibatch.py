@@ -231,13 +231,40 @@ def test_pm_minibatch_models_are_refused():
         SGLD(model=model)
 
 
-def test_per_row_latent_variables_are_refused():
+def test_a_batch_size_beyond_the_rows_takes_them_all():
+    assert SGLD(model=numpy_model(), batch_size=10 * N_ROWS).batch_size == N_ROWS
+
+
+def test_per_row_latent_variables_are_refused_in_minibatches():
     _, y = data()
     with pm.Model() as model:
         latent = pm.Normal("latent", 0, 1, shape=N_ROWS)
         pm.Normal("y", latent, 1, observed=y)
+    with pytest.raises(MinibatchError, match=f"per-row latent.*batch_size={N_ROWS}"):
+        SGLD(model=model, batch_size=N_ROWS // 2)
     with pytest.raises(MinibatchError, match="per-row latent"):
-        SGLD(model=model)
+        SGLD(model=model, replace=True)
+
+
+def test_per_row_latent_variables_are_read_at_the_batch_rows():
+    x, y = data()
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        latent = pm.Normal("latent", 0, 1, shape=N_ROWS)
+        pm.Normal("y", mu * x[:, 0] + latent, 1, observed=y)
+    density = SGLD(model=model).compiled.density
+    assert density.row_latents == ("latent",)
+    function = pytensor.function(
+        [density.position, density.indices], [density.log_density, density.gradient]
+    )
+    point = {"mu": np.array(0.3), "latent": np.random.default_rng(2).normal(size=N_ROWS)}
+    position = DictToArrayBijection.map(point).data
+    # Full batches come in any order: each row's latent goes with that row.
+    rows = np.random.default_rng(3).permutation(N_ROWS)
+    log_density, gradient = function(position, rows)
+    np.testing.assert_allclose(log_density, model.compile_logp()(point), rtol=1e-12)
+    expected = model.compile_dlogp()(point)
+    np.testing.assert_allclose(gradient, expected, rtol=1e-12)
 
 
 def test_scalar_observed_is_refused():
@@ -269,7 +296,7 @@ def test_discrete_variables_are_refused():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"batch_size": N_ROWS + 1}, "between 1 and the number of rows"),
+        ({"batch_size": 0}, "between 1 and the number of rows"),
         ({"batch_size": 2.5}, "batch_size must be an integer"),
         ({"step_size": 0.0}, "step_size must be a positive"),
         ({"temperature": -1.0}, "temperature must be"),
