@@ -535,3 +535,46 @@ def test_sgrld_samples_a_funnel_and_needs_its_correction(weak_funnel):
     wrong_mean = np.abs(comparison.mean_error) > z * comparison.mean_se
     wrong_sd = np.abs(comparison.sd_ratio - 1) > z * comparison.sd_se
     assert np.any(wrong_mean | wrong_sd)
+
+
+def per_row_offsets(seed=0, rows=20):
+    """``y_i ~ N(mu + offset_i, 1)`` with ``mu, offset_i ~ N(0, 1)``: one latent per row.
+
+    The posterior is Gaussian; its precision is the prior's identity plus
+    ``A'A`` with ``A = [1 | I]``. Returns the model and its exact means and sds.
+    """
+    y = np.random.default_rng(seed).normal(1.0, 1.5, rows)
+    design = np.column_stack([np.ones(rows), np.eye(rows)])
+    covariance = np.linalg.inv(np.eye(rows + 1) + design.T @ design)
+    mean = covariance @ design.T @ y
+    sd = np.sqrt(np.diag(covariance))
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        offset = pm.Normal("offset", 0.0, 1.0, shape=rows)
+        pm.Normal("y", mu + offset, 1.0, observed=y)
+    means = {"mu": mean[0], "offset": mean[1:]}
+    sds = {"mu": sd[0], "offset": sd[1:]}
+    return model, means, sds
+
+
+@pytest.fixture(scope="module")
+def per_row_draws():
+    model, means, sds = per_row_offsets()
+    # A batch size beyond the 20 rows: full batches, each offset read with its row.
+    draws = sample(model, lambda: SGHMC(batch_size=100), 2000, 21).posterior
+    return draws, means, sds
+
+
+@pytest.mark.once
+def test_per_row_latent_variables_with_full_batches_match_the_exact_posterior(per_row_draws):
+    draws, means, sds = per_row_draws
+    assert_meets_bar(compare(draws, means, sds), "SGHMC per-row offsets")
+
+
+@pytest.mark.once
+def test_negative_control_per_row_latents_of_other_rows(per_row_draws):
+    """The same draws against the posterior with the rows' order reversed must fail."""
+    draws, means, sds = per_row_draws
+    reversed_means = {"mu": means["mu"], "offset": means["offset"][::-1]}
+    with pytest.raises(AssertionError):
+        assert_meets_bar(compare(draws, reversed_means, sds), "negative control: other rows")
