@@ -16,6 +16,8 @@ posteriors. Each builder here stresses one thing those lack:
   1,000 group intercepts (D = 1,004) and a million rows.
 - :func:`median_regression`: kinks. A Laplace likelihood, piecewise linear
   in the coefficients (exact posterior, summed on a grid).
+- :func:`eight_schools`: a latent variable per row. The eight schools of
+  Rubin (1981), written non-centred: eight rows, eight offsets.
 
 Like the panel's builders, each returns a :class:`~pymc_sgmcmc.panel.PanelModel`;
 the polynomial and median regressions carry their exact posteriors, and the others get a
@@ -38,6 +40,7 @@ from pymc_sgmcmc.panel import (
 )
 
 __all__ = [
+    "eight_schools",
     "many_groups_reference",
     "many_groups_regression",
     "median_regression",
@@ -463,3 +466,24 @@ def median_regression_moments(x, y, points=201, width=8.0):
         np.sum(weights * (grid - mean) ** 2) for grid, mean in zip(grids, means, strict=True)
     ]
     return means, np.sqrt(variances)
+
+
+#: The eight schools' estimated coaching effects and their standard errors (Rubin, 1981).
+EIGHT_SCHOOLS_EFFECTS = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+EIGHT_SCHOOLS_ERRORS = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def eight_schools() -> PanelModel:
+    """Return the eight schools, non-centred: ``y_j ~ N(mu + tau z_j, s_j)``, ``z_j ~ N(0, 1)``.
+
+    ``mu ~ N(0, 5)``, ``tau ~ HalfCauchy(5)``. Each row has its own latent
+    offset ``z_j``, so the step methods sample it with full batches (the
+    default batch size of ``min(100, N)`` is all eight rows). The posterior of
+    ``(tau, z)`` is a funnel, milder than the centred form's.
+    """
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfCauchy("tau", 5.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=8)
+        pm.Normal("y", mu + tau * z, EIGHT_SCHOOLS_ERRORS, observed=EIGHT_SCHOOLS_EFFECTS)
+    return PanelModel("eight schools, non-centred", model, 8, key={"model": "eight-schools"})

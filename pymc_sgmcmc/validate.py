@@ -38,6 +38,7 @@ from pymc_sgmcmc.panel import (
     nuts_reference,
 )
 from pymc_sgmcmc.real_posteriors import (
+    eight_schools,
     many_groups_reference,
     many_groups_regression,
     median_regression,
@@ -77,6 +78,7 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     ),
     "many-groups": lambda: many_groups_reference(many_groups_regression()),
     "median-regression": median_regression,
+    "eight-schools": lambda: nuts_reference(eight_schools()),
 }
 HEADER = (
     "| model | N | sampler | max abs mean error / sd | worst sd ratio | "
