@@ -777,10 +777,19 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _diverge(self, step_size: float, what: str = "the state or its gradient") -> None:
         self.chain.diverged = True
+        advice = "Reduce step_size."
+        if self.choices.step_size is None:
+            # The tuner sized the steps for the curvatures it measured; a
+            # steeper one where the chain went is a funnel's neck, most often.
+            advice = (
+                "Reduce step_size, or reparameterise: a hierarchical scale near 0 makes a "
+                "funnel whose neck is steeper than the curvatures measured (write such a "
+                "model non-centred)."
+            )
         message = (
             f"{type(self).__name__}: {what} became non-finite after "
             f"{self.chain.steps_taken} inner steps at step size {step_size:.3g}; the chain stops "
-            "moving. Reduce step_size."
+            f"moving. {advice}"
         )
         self.chain.warnings.append(SamplerWarning(WarningType.DIVERGENCE, message, "warn"))
 

@@ -224,6 +224,25 @@ def test_divergence_stops_the_chain_and_warns(model, caplog):
     assert diverging.any()
     assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
     assert "Reduce step_size" in caplog.text
+    # The step size was given, so nothing else is advised.
+    assert "reparameterise" not in caplog.text
+
+
+def test_a_tuned_chain_that_diverges_in_a_funnel_advises_the_non_centred_form(caplog):
+    """The centred eight schools: the chains run into the neck of ``tau`` near 0."""
+    effects = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    errors = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfCauchy("tau", 5.0)
+        theta = pm.Normal("theta", mu, tau, shape=8)
+        pm.Normal("y", theta, errors, observed=effects)
+    with model, caplog.at_level(logging.WARNING, logger="pymc"):
+        result = pm.sample(
+            step=SGLD(), draws=200, tune=300, chains=1, cores=1, random_seed=1, progressbar=False
+        )
+    assert np.asarray(result.sample_stats["diverging"]).any()
+    assert "write such a model non-centred" in caplog.text
 
 
 @pytest.mark.parametrize(
