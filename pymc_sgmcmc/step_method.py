@@ -95,7 +95,7 @@ def _is_integer(value) -> bool:
 
 
 def _positive_integer(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+    if not _is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     return int(value)
 

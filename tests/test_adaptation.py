@@ -55,15 +55,12 @@ def test_terms_on_more_rows_than_a_piece_are_those_of_one_call(gaussian):
 
 
 def test_a_piece_holds_about_a_mebibyte_of_data_rows():
-    narrow = build_minibatch_log_density(*_model_and_values(logistic_regression(3000, 2)))
-    wide = build_minibatch_log_density(*_model_and_values(logistic_regression(3000, 50)))
+    narrow, wide = (logistic_regression(3000, features).model for features in (2, 50))
+    narrow = build_minibatch_log_density(narrow, narrow.value_vars)
+    wide = build_minibatch_log_density(wide, wide.value_vars)
     # Two covariates and the outcome: 24 bytes a row; fifty and the outcome: 408.
     assert Probe(narrow).piece_rows == 2**20 // 24
     assert Probe(wide).piece_rows == 2**20 // 408
-
-
-def _model_and_values(panel):
-    return panel.model, panel.model.value_vars
 
 
 def test_measured_scale_and_curvatures_of_a_gaussian_posterior(gaussian):

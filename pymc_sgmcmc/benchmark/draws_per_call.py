@@ -16,8 +16,7 @@ import argparse
 import logging
 import time
 
-import pymc as pm
-
+from pymc_sgmcmc.benchmark.overhead import sample_draws
 from pymc_sgmcmc.panel import logistic_regression
 from pymc_sgmcmc.samplers.sghmc import SGHMC
 from pymc_sgmcmc.tuning import TuningConfig
@@ -56,17 +55,7 @@ def time_per_draw(n_rows=50_000, backends=("NUMBA",), draws=(300, 2_300), seed=0
 
             def run(length, run_seed, step=step):
                 start = time.perf_counter()
-                with model:
-                    pm.sample(
-                        step=step,
-                        tune=0,
-                        draws=length,
-                        chains=1,
-                        cores=1,
-                        random_seed=run_seed,
-                        progressbar=False,
-                        compute_convergence_checks=False,
-                    )
+                sample_draws(step, model, length, run_seed)
                 return time.perf_counter() - start
 
             run(draws[0], seed)  # adapt and compile

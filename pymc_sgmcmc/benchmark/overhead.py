@@ -29,7 +29,7 @@ from pymc_sgmcmc.panel import logistic_regression
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig
 
-__all__ = ["measure_overhead"]
+__all__ = ["measure_overhead", "sample_draws"]
 
 
 class _Timed:
@@ -50,13 +50,14 @@ class _Timed:
         return getattr(self.function, name)
 
 
-def _timed_run(step, model, draws, seed, kernels):
-    """Return the seconds of ``pm.sample``, of ``astep`` and of the kernels, and the steps."""
-    astep = step.astep = _Timed(type(step).astep.__get__(step))
-    seconds = [kernel.seconds for kernel in kernels]
-    start = time.perf_counter()
+def sample_draws(step, model, draws: int, seed: int):
+    """Return ``pm.sample`` of ``draws`` draws of one chain with ``step``, without tuning draws.
+
+    The step's adaptation at the first draw still runs; the benchmarks
+    difference two such runs so that it cancels.
+    """
     with model:
-        idata = pm.sample(
+        return pm.sample(
             step=step,
             tune=0,
             draws=draws,
@@ -66,6 +67,14 @@ def _timed_run(step, model, draws, seed, kernels):
             progressbar=False,
             compute_convergence_checks=False,
         )
+
+
+def _timed_run(step, model, draws, seed, kernels):
+    """Return the seconds of ``pm.sample``, of ``astep`` and of the kernels, and the steps."""
+    astep = step.astep = _Timed(type(step).astep.__get__(step))
+    seconds = [kernel.seconds for kernel in kernels]
+    start = time.perf_counter()
+    idata = sample_draws(step, model, draws, seed)
     total = time.perf_counter() - start
     kernel = sum(k.seconds - s for k, s in zip(kernels, seconds, strict=True))
     steps = int(idata.sample_stats["steps_per_draw"].values.sum())
