@@ -294,7 +294,8 @@ def with_data(density: MinibatchLogDensity, arrays: dict, containers: dict) -> M
     ------
     MinibatchError
         If ``arrays`` leaves out an array the likelihood reads by row, names
-        one it does not, or gives arrays of different lengths.
+        one it does not, or gives arrays of different lengths, or of another
+        length than the model's per-row latent variables.
     """
     rows = {variable.name: variable for variable in density.data}
     loose = sorted(name for name in rows if containers.get(name) is not rows[name])
@@ -334,6 +335,13 @@ def with_data(density: MinibatchLogDensity, arrays: dict, containers: dict) -> M
             + ", ".join(f"{name}: {length}" for name, length in lengths.items())
             + "."
         )
+    n_rows = next(iter(lengths.values()))
+    if density.row_latents and n_rows != density.n_rows:
+        names = ", ".join(repr(name) for name in density.row_latents)
+        raise MinibatchError(
+            f"data= gives {n_rows} rows, but the per-row latent variable {names} has one entry "
+            f"for each of the model's {density.n_rows}: give the model all rows, not data=."
+        )
     outputs = graph_replace(
         [
             density.log_prior,
@@ -350,6 +358,6 @@ def with_data(density: MinibatchLogDensity, arrays: dict, containers: dict) -> M
         log_likelihood=outputs[1],
         prior_gradient=outputs[2],
         likelihood_gradient=outputs[3],
-        n_rows=next(iter(lengths.values())),
+        n_rows=n_rows,
         data=tuple(replacements.values()),
     )

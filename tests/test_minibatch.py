@@ -246,6 +246,19 @@ def test_per_row_latent_variables_are_refused_in_minibatches():
         SGLD(model=model, replace=True)
 
 
+def test_per_row_latent_variables_refuse_data_of_other_rows():
+    x, y = data()
+    with pm.Model() as model:
+        column = pm.Data("x", np.ascontiguousarray(x[: N_ROWS // 2, 0]))
+        observed = pm.Data("y", y[: N_ROWS // 2])
+        latent = pm.Normal("latent", 0, 1, shape=N_ROWS // 2)
+        pm.Normal("y_obs", column + latent, 1, observed=observed)
+    with pytest.raises(MinibatchError, match=f"data= gives {N_ROWS} rows.*per-row latent"):
+        SGLD(model=model, data={"x": np.ascontiguousarray(x[:, 0]), "y": y})
+    # The same rows as the model's are the model's own data again.
+    SGLD(model=model, data={"x": np.ascontiguousarray(x[: N_ROWS // 2, 0]), "y": y[: N_ROWS // 2]})
+
+
 def test_per_row_latent_variables_are_read_at_the_batch_rows():
     x, y = data()
     with pm.Model() as model:
