@@ -148,3 +148,31 @@ def test_new_model_regressions_have_the_documented_parameters():
         panel = builder()
         sizes = [np.size(value) for value in panel.model.initial_point().values()]
         assert sum(sizes) == counts[name], name
+
+
+def test_noise_scale_posterior_matches_a_two_dimensional_quadrature():
+    from scipy.stats import halfnorm, norm
+
+    from pymc_sgmcmc.benchmark.scale_shift import noise_scale_posterior
+
+    rng = np.random.default_rng(3)
+    design = np.column_stack([np.ones(12), rng.normal(size=12)])
+    response = design @ np.array([0.5, 1.5]) + rng.normal(0.0, 0.7, size=12)
+    mean, sd = noise_scale_posterior(design, response, coefficient_scale=2.0, scale_prior=1.0)
+    # Every parameter on a grid: the two coefficients, then sigma one value at a time.
+    first, second = np.meshgrid(np.linspace(-2.5, 3.5, 151), np.linspace(-1.0, 4.0, 151))
+    fitted = first[..., None] * design[:, 0] + second[..., None] * design[:, 1]
+    prior = norm.logpdf(first, 0.0, 2.0) + norm.logpdf(second, 0.0, 2.0)
+    scales = np.linspace(0.05, 3.0, 300)
+    log_marginal = np.array(
+        [
+            np.logaddexp.reduce((norm.logpdf(response, fitted, scale).sum(axis=-1) + prior).ravel())
+            for scale in scales
+        ]
+    ) + halfnorm.logpdf(scales, scale=1.0)
+    weights = np.exp(log_marginal - log_marginal.max())
+    weights /= weights.sum()
+    grid_mean = weights @ scales
+    grid_sd = np.sqrt(weights @ (scales - grid_mean) ** 2)
+    assert mean == pytest.approx(grid_mean, rel=1e-3)
+    assert sd == pytest.approx(grid_sd, rel=1e-2)

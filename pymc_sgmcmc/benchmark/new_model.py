@@ -36,17 +36,13 @@ __all__ = [
     "earnings_regression",
     "interaction_regression",
     "measure_new_models",
+    "survey_data",
     "survey_regression",
 ]
 
 
-def survey_regression(n_rows: int = 476, seed: int = 0) -> PanelModel:
-    """Linear regression on an unbalanced seven-level category, a skewed income and age.
-
-    Nine coefficients: an intercept, six dummies (some levels with a dozen
-    rows), income in thousands (log-normal) and age in years, uncentred as a
-    user would enter them, plus the noise scale.
-    """
+def survey_data(n_rows: int = 476, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Return the survey regression's design (intercept first) and response."""
     rng = np.random.default_rng(seed)
     level = rng.choice(7, size=n_rows, p=[0.35, 0.25, 0.15, 0.1, 0.08, 0.04, 0.03])
     dummies = (level[:, None] == np.arange(1, 7)).astype(float)
@@ -55,6 +51,18 @@ def survey_regression(n_rows: int = 476, seed: int = 0) -> PanelModel:
     x = np.column_stack([np.ones(n_rows), dummies, income, age])
     true_beta = np.array([2.0, 0.3, -0.2, 0.5, 0.1, -0.4, 0.6, 0.01, 0.02])
     y = x @ true_beta + rng.normal(0.0, 1.0, size=n_rows)
+    return x, y
+
+
+def survey_regression(n_rows: int = 476, seed: int = 0) -> PanelModel:
+    """Linear regression on an unbalanced seven-level category, a skewed income and age.
+
+    Nine coefficients: an intercept, six dummies (some levels with a dozen
+    rows), income in thousands (log-normal) and age in years, uncentred as a
+    user would enter them, plus the noise scale: ``beta ~ N(0, 10)``,
+    ``sigma ~ HalfNormal(5)`` (:func:`survey_data`).
+    """
+    x, y = survey_data(n_rows, seed)
     with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, 10.0, shape=x.shape[1])
         sigma = pm.HalfNormal("sigma", 5.0)
