@@ -17,6 +17,7 @@ import pytest
 import pymc_sgmcmc
 from pymc_sgmcmc import SGHMC, SGLD, PolynomialDecay
 from pymc_sgmcmc.metric import DiagonalMetric
+from pymc_sgmcmc.real_posteriors import EIGHT_SCHOOLS_EFFECTS, EIGHT_SCHOOLS_ERRORS
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.tuning import TuningConfig
 
@@ -230,13 +231,11 @@ def test_divergence_stops_the_chain_and_warns(model, caplog):
 
 def test_a_tuned_chain_that_diverges_in_a_funnel_advises_the_non_centred_form(caplog):
     """The centred eight schools: the chains run into the neck of ``tau`` near 0."""
-    effects = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-    errors = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 5.0)
         tau = pm.HalfCauchy("tau", 5.0)
         theta = pm.Normal("theta", mu, tau, shape=8)
-        pm.Normal("y", theta, errors, observed=effects)
+        pm.Normal("y", theta, EIGHT_SCHOOLS_ERRORS, observed=EIGHT_SCHOOLS_EFFECTS)
     with model, caplog.at_level(logging.WARNING, logger="pymc"):
         result = pm.sample(
             step=SGLD(), draws=200, tune=300, chains=1, cores=1, random_seed=1, progressbar=False

@@ -92,15 +92,20 @@ def measure_shift(sampler: str, options: dict, seeds=range(1, 13), draws=5000, t
                 progressbar=False,
                 compute_convergence_checks=False,
             )
-        chain_means = trace.posterior["sigma"].values.mean(axis=1)
-        errors.extend((chain_means - mean) / sd)
-        print(f"seed {seed}: {np.round((chain_means - mean) / sd, 3)}", flush=True)
+        chain_errors = (trace.posterior["sigma"].values.mean(axis=1) - mean) / sd
+        errors.extend(chain_errors)
+        print(f"seed {seed}: {np.round(chain_errors, 3)}", flush=True)
     return np.array(errors)
 
 
 def _option(text: str) -> tuple[str, object]:
     name, _, value = text.partition("=")
-    return name, ast.literal_eval(value)
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write each option as name=value with a Python literal, e.g. batch_size=100"
+        ) from None
 
 
 def main(argv=None) -> None:
