@@ -18,7 +18,7 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
 from pymc_sgmcmc.ahead import draw_inputs, draws_per_call
-from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.cluster import check_client
 from pymc_sgmcmc.compiled_model import compiled_model
 from pymc_sgmcmc.disk_rows import is_on_disk
@@ -31,6 +31,7 @@ from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.epochs import epoch_steps
+from pymc_sgmcmc.tuning.measure import FULL_DATA
 
 __all__ = ["ChainState", "StochasticGradientState", "StochasticGradientStep"]
 
@@ -171,6 +172,9 @@ class StochasticGradientStep(ArrayStepShared):
         ``"second_order"`` weighs it everywhere. Off that region its larger
         steps can carry a chain out of where the centre's curvature holds (as
         along a non-centred hierarchical model's ridge): check R-hat and ESS.
+        The default also weighs the gradient on all N rows at every step (no
+        noise, ``N / B`` times a minibatch step's work) where the data are in
+        memory; True and False leave it out.
     control_variate_refresh : int, optional
         Re-centre the control variate at the current state every so many
         inner steps (one full pass over the data each time, and D more for the
@@ -381,6 +385,7 @@ class StochasticGradientStep(ArrayStepShared):
             # A centre that moves would buy the full-data Hessian again at
             # every refresh, which the automatic choice's cost rule does not count.
             weighs_second_order=control_variate is None and control_variate_refresh is None,
+            full_data_work=self._full_data_work(control_variate),
         )
         self.control_variate_refresh = (
             None
@@ -460,6 +465,31 @@ class StochasticGradientStep(ArrayStepShared):
             raise ValueError("preconditioner must hold positive finite numbers.")
         return values, "auto"
 
+    def _full_data_work(self, control_variate) -> float:
+        """Return the work of a step on all rows relative to a minibatch step, if weighed.
+
+        Where the estimator is left to the tuner, a chain may take every inner
+        step on all N rows: no gradient noise, and with it none of the bias
+        and the small steps that the noise brings, at ``N / B`` times a
+        minibatch step's work; on small data that can relax faster per unit
+        of work. Not weighed (``inf``) where the user chose the estimator,
+        where the batches hold all rows already, on more than
+        ``tuning.full_data_rows`` rows, where a full pass reads the data from
+        disk or from a cluster, and in a compound step (whose other blocks
+        move after the tune windows that would check it).
+        """
+        batches = self._batches
+        if (
+            control_variate is not None
+            or self.density.other_blocks
+            or batches.full
+            or batches.n_rows > self.tuning.full_data_rows
+            or self.compiled.pages.active
+            or self.compiled.cluster is not None
+        ):
+            return np.inf
+        return batches.n_rows / batches.batch_size
+
     def _epochs(self) -> float:
         """Return the inner steps per epoch over which the minibatch noise sums to zero.
 
@@ -497,7 +527,12 @@ class StochasticGradientStep(ArrayStepShared):
         self.tune = True
         self._check_data()
         batches = self._batches
-        return ChainState(IndexStream(batches.n_rows, batches.batch_size, batches.replace))
+        all_rows = None
+        if np.isfinite(self.choices.full_data_work):
+            all_rows = AllRows(batches.n_rows)
+        return ChainState(
+            IndexStream(batches.n_rows, batches.batch_size, batches.replace), all_rows=all_rows
+        )
 
     def _check_data(self) -> None:
         """Refuse data whose number of rows changed (``pm.set_data``) since the step was built."""
@@ -568,11 +603,11 @@ class StochasticGradientStep(ArrayStepShared):
         """Return the kernel the chain's next draw runs: interpreted or fused."""
         chain = self.chain
         settings = chain.settings
+        # The full data's gradient is the minibatch gradient on batches of all rows.
+        estimator = "minibatch" if settings.estimator == FULL_DATA else settings.estimator
         if chain.interpreted:
-            return self.compiled.interpreted_kernel(
-                self.dynamics, settings.estimator, settings.metric.kind
-            )
-        return self.compiled.kernel(self.dynamics, settings.estimator, settings.metric.kind)
+            return self.compiled.interpreted_kernel(self.dynamics, estimator, settings.metric.kind)
+        return self.compiled.kernel(self.dynamics, estimator, settings.metric.kind)
 
     # Sampling ---------------------------------------------------------------------
 
@@ -601,6 +636,8 @@ class StochasticGradientStep(ArrayStepShared):
             # The tune phase ended before the travel window closed.
             draws = np.array([*chain.window, position])
             self._start_from(position, self.adapter.finish_travel(chain, draws, self.rng, False))
+        if not self.tune and chain.settings.estimator == FULL_DATA and not chain.full_data_checked:
+            self._start_from(position, self.adapter.leave_unchecked_full_data(chain))
         settings = chain.settings
         n_steps = self.dynamics.draw_steps(
             settings.step_size,
@@ -690,11 +727,12 @@ class StochasticGradientStep(ArrayStepShared):
             chain.ahead.clear()
         draws = self._draws_per_call(n_steps)
         noise_shape = (self.dynamics.noise_vectors, position.size)
+        batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
         if draws == 1:
-            indices = chain.batches.draw(self.rng, n_steps)
+            indices = batches.draw(self.rng, n_steps)
             noise = self.rng.standard_normal((n_steps, *noise_shape))
         else:
-            indices, noise = draw_inputs(chain.batches, self.rng, draws, n_steps, noise_shape)
+            indices, noise = draw_inputs(batches, self.rng, draws, n_steps, noise_shape)
         state = {**chain.state, "position": self._coordinates(settings.metric, position)}
         self.compiled.pages.read(indices)
         kernel = self._kernel()
@@ -714,12 +752,14 @@ class StochasticGradientStep(ArrayStepShared):
         Several only after tuning, in the fused kernel, with the same per-step
         inputs at every draw (kept by :meth:`_step_values`) and nothing else
         that moves between draws: no other step method, no control-variate
-        refresh.
+        refresh. Steps on all rows take one draw a call: their work dwarfs a
+        call's fixed cost, and the row indices of many draws would fill memory.
         """
         chain = self.chain
         if (
             self.tune
             or chain.interpreted
+            or chain.settings.estimator == FULL_DATA
             or chain.step_values is None
             or self.density.other_blocks
             or self.control_variate_refresh is not None

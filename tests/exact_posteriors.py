@@ -27,3 +27,22 @@ def half_normal_scale(seed, rows=50, scale=0.7):
 
     mean = np.sum((grid[1:] + grid[:-1]) / 2 * np.diff(cdf))
     return model, inverse_cdf, mean
+
+
+def widely_spread_regression(rows=50, spread=10.0, prior_sd=10.0, seed=3):
+    """A slope with a Normal prior, rows spread ``spread`` times the model's noise sd of 1.
+
+    The posterior is Normal; the rows' spread makes the minibatch gradient's
+    noise large against the curvature. Returns the model and the posterior
+    means and sds by variable name.
+    """
+    rng = np.random.default_rng(seed)
+    covariate = rng.normal(size=rows)
+    response = 0.5 * covariate + spread * rng.normal(size=rows)
+    precision = 1 / prior_sd**2 + covariate @ covariate
+    means = {"slope": np.array(covariate @ response / precision)}
+    sds = {"slope": np.array(precision**-0.5)}
+    with pm.Model() as model:
+        slope = pm.Normal("slope", 0.0, prior_sd)
+        pm.Normal("y", slope * covariate, 1.0, observed=response)
+    return model, means, sds

@@ -1,14 +1,17 @@
 """Adaptation before the first draw: mode, scale, noise, estimator and step size."""
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pymc as pm
 import pytensor
 import pytest
+from exact_posteriors import widely_spread_regression
 from pymc.blocking import DictToArrayBijection
 
 from pymc_sgmcmc import SGHMC, SGLD
+from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import (
     Probe,
     control_variate_gradient,
@@ -18,7 +21,10 @@ from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.registry import SAMPLERS
-from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
+from pymc_sgmcmc.samplers.sghmc import Underdamped
+from pymc_sgmcmc.tuning import TuningConfig, UserChoices, find_mode, measure
+from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
+from pymc_sgmcmc.tuning.curvature import largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import laplace, measure_noise, with_second_order
 
 
@@ -161,6 +167,74 @@ def test_the_second_order_control_variate_is_measured_where_the_likelihood_is_li
     assert np.abs(noise["second_order"]).max() < 1e-12 * np.abs(noise["control_variate"]).max()
 
 
+def test_the_largest_curvature_at_draws_is_the_whitened_hessians_top_eigenvalue():
+    """Power iteration on differences of the full gradient, in the metric's coordinates."""
+    known = radon_like(n_rows=300, n_groups=10, centred=True)
+    density = build_minibatch_log_density(known.model, known.model.value_vars)
+    probe = Probe(density)
+    rng = np.random.default_rng(6)
+    start = DictToArrayBijection.map(
+        {v.name: known.model.initial_point()[v.name] for v in known.model.value_vars}
+    ).data
+    size = start.size
+    draws = start + rng.normal(scale=0.3, size=(2, size))
+    factor = np.tril(rng.normal(scale=0.2, size=(size, size))) + np.eye(size)
+    expected = 0.0
+    for draw in draws:
+        hessian = probe.hessian(draw, np.arange(probe.n_rows), np.full(size, 1e-5))
+        expected = max(expected, np.linalg.eigvalsh(-factor.T @ hessian @ factor).max())
+    found = largest_curvature(probe, draws, factor, rng, iterations=200)
+    assert found == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_full_data_window_counts_the_curvature_of_a_funnels_neck():
+    """Draws where the centred model's scale is small meet a curvature far above the measured
+    one; the chain's stiffness counts it and its step shrinks. Draws where the chain was
+    measured leave it as it is.
+    """
+    known = radon_like(n_rows=300, n_groups=10, centred=True)
+    model = known.model
+    density = build_minibatch_log_density(model, model.value_vars)
+    probe = Probe(density)
+    rng = np.random.default_rng(7)
+    point = {v.name: model.initial_point()[v.name] for v in model.value_vars}
+    start = DictToArrayBijection.map(point).data
+    # The mode search runs into the neck; the chain is measured where the scale is 0.5.
+    typical = DictToArrayBijection.map({**point, "tau_log__": np.array(np.log(0.5))}).data
+    hessian = probe.hessian(typical, np.arange(300), np.full(start.size, 1e-5))
+    sds = 1.0 / np.sqrt(np.abs(np.diag(hessian)))
+    measured = replace(
+        measure(probe, 30, rng, start, ("minibatch",)),
+        mode=typical,
+        hessian=hessian,
+        laplace_variance=sds**2,
+        laplace_factor=np.diag(sds),
+    )
+    choices = UserChoices(
+        None, None, ("minibatch",), None, 1.0, 0.05, metric="diagonal", full_data_work=10.0
+    )
+    adapter = ChainAdapter(
+        "SGHMC", Underdamped(), probe, choices, TuningConfig(), 30, False, True, False
+    )
+    chain = ChainState(IndexStream(300, 30))
+    chain.measurements = measured
+    chain.settings = adapter.settings(measured)
+    assert not adapter.check_curvature(chain, np.tile(typical, (4, 1)), rng)
+    neck = DictToArrayBijection.map({**point, "tau_log__": np.array(np.log(0.02))}).data
+    step_size = chain.settings.step_size.value
+    assert adapter.check_curvature(chain, np.tile(neck, (4, 1)), rng)
+    assert chain.measurements.stiffness > 10.0
+    assert adapter.settings(chain.measurements).step_size.value < step_size / 3
+
+
+def test_the_tightest_draws_are_those_of_highest_density_and_some_spread():
+    draws = np.arange(20.0)[:, None]
+    log_density = -np.abs(np.arange(20.0) - 13)
+    chosen = tightest_draws(draws, log_density, count=6).ravel()
+    assert {12.0, 13.0, 14.0} <= set(chosen)
+    assert {0.0, 19.0} <= set(chosen)
+
+
 def test_the_second_order_control_variate_is_not_measured_along_a_curved_ridge():
     """Non-centred radon-like: the likelihood's curvature in the groups' offsets scales with
     ``tau``, which varies across the posterior, so the centre's curvature does not hold where
@@ -260,9 +334,40 @@ def test_only_batches_of_every_row_drawn_without_replacement_are_noiseless(sampl
     exact = run(sampler(batch_size=50, model=model), model, draws=2, tune=0)
     assert np.all(np.asarray(exact.sample_stats["gradient_noise"]) == 0.0)
     assert not np.asarray(exact.sample_stats["control_variate"]).any()
+    # The minibatch estimator itself: where the tuner chooses, the full data's
+    # gradient costs no more than these batches and carries no noise.
     for options in ({"batch_size": 50, "replace": True}, {"batch_size": 49}):
-        noisy = run(sampler(model=model, **options), model, draws=2, tune=0)
+        noisy = run(sampler(model=model, control_variate=False, **options), model, draws=2, tune=0)
         assert np.all(np.asarray(noisy.sample_stats["gradient_noise"]) > 0.0), options
+
+
+COSTLY_CONTROL_VARIATES = TuningConfig(
+    estimator_cost={"minibatch": 1.0, "control_variate": 100.0, "second_order": 200.0}
+)
+
+
+@pytest.mark.parametrize("tune", [0, 50, 150])
+def test_the_full_data_gradient_is_kept_only_once_a_tune_window_checked_it(tune):
+    """Its steps are as large as the curvature allows; a tune window checks them."""
+    model, _, _ = widely_spread_regression()
+    step = SGLD(batch_size=5, model=model, tuning=COSTLY_CONTROL_VARIATES)
+    result = run(step, model, draws=5, tune=tune)
+    noise = np.asarray(result.sample_stats["gradient_noise"])
+    checked = tune >= COSTLY_CONTROL_VARIATES.windows[0]
+    assert np.all(noise == 0.0) == checked
+    assert np.all(noise > 0.0) == (not checked)
+
+
+def test_the_full_data_gradient_is_weighed_only_where_the_tuner_chooses_the_estimator():
+    model, _, _ = widely_spread_regression()
+    automatic = SGLD(batch_size=5, model=model, tuning=COSTLY_CONTROL_VARIATES)
+    assert automatic.choices.full_data_work == 10.0
+    for options in ({"control_variate": False}, {"control_variate": True}, {"batch_size": 50}):
+        step = SGLD(**{"batch_size": 5, **options}, model=model)
+        assert step.choices.full_data_work == np.inf, options
+    # Nor on more rows than TuningConfig.full_data_rows.
+    few = SGLD(batch_size=5, model=model, tuning=TuningConfig(full_data_rows=49))
+    assert few.choices.full_data_work == np.inf
 
 
 def test_warning_when_the_budget_forces_tiny_steps(large_logistic, caplog):

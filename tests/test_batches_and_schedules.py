@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from pymc_sgmcmc import ConstantStepSize, PolynomialDecay, batches
-from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.schedules import as_schedule
 
 
@@ -60,6 +60,15 @@ def test_compact_epochs_of_many_rows_give_the_same_batches(monkeypatch):
     drawn = np.concatenate([stream.draw(rng, count).ravel() for count in counts])
     np.testing.assert_array_equal(drawn, expected)
     assert drawn.dtype == np.int64
+
+
+def test_batches_of_all_rows_hold_every_row_and_draw_no_random_numbers():
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    drawn = AllRows(7).draw(rng, 3)
+    np.testing.assert_array_equal(drawn, np.tile(np.arange(7), (3, 1)))
+    assert drawn.dtype == np.int64
+    assert rng.bit_generator.state == state
 
 
 def test_with_replacement_draws_independent_batches():

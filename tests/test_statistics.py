@@ -27,6 +27,7 @@ of coordinates compared.
 import numpy as np
 import pymc as pm
 import pytest
+from exact_posteriors import widely_spread_regression
 from monte_carlo import assert_matches, assert_meets_bar, compare, critical_value
 
 from pymc_sgmcmc import SGHMC, SGLD, SGRLD
@@ -225,6 +226,34 @@ def test_batches_of_every_row_leave_the_budget_to_the_discretisation():
     np.testing.assert_allclose(np.asarray(stats["predicted_inflation"]), budget, rtol=1e-6)
     comparison = compare(result.posterior, known.means, known.sds)
     assert_matches(comparison, "SGLD full batches", np.sqrt(1 + budget))
+
+
+@pytest.mark.once
+def test_the_full_data_gradient_chosen_by_the_tuner_leaves_the_budget_to_the_discretisation():
+    """Where the tuner takes every step on all N rows, those steps carry no noise.
+
+    The rows spread ten times as widely as the model's noise sd of 1, so
+    minibatches of 5 of the 50 rows carry noise about 100 times the curvature
+    per unit of N/B; a control variate (of either order) made costly leaves the full data's
+    gradient (10 minibatch gradients a step) as the cheaper choice. SGLD's
+    variance is then inflated by the budget, as with batches of every row.
+    Steps on minibatches counted as noiseless would inflate it by far more.
+    """
+    model, means, sds = widely_spread_regression()
+    budget = 0.3
+    costly = TuningConfig(
+        estimator_cost={"minibatch": 1.0, "control_variate": 100.0, "second_order": 200.0}
+    )
+
+    def step():
+        return SGLD(batch_size=5, bias_budget=budget, tuning=costly)
+
+    result = sample(model, step, draws=2500, seed=14)
+    stats = result.sample_stats
+    np.testing.assert_array_equal(np.asarray(stats["gradient_noise"]), 0.0)
+    np.testing.assert_allclose(np.asarray(stats["predicted_inflation"]), budget, rtol=1e-6)
+    comparison = compare(result.posterior, means, sds)
+    assert_matches(comparison, "SGLD on the full data's gradient", np.sqrt(1 + budget))
 
 
 @pytest.fixture(scope="module")

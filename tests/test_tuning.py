@@ -255,6 +255,40 @@ def test_the_automatic_choice_weighs_the_second_order_control_variate_where_meas
     assert choose_settings(Langevin(), unmeasured, automatic).estimator != "second_order"
 
 
+@pytest.mark.parametrize("dynamics", [Langevin(), Underdamped()])
+def test_the_full_data_gradient_is_chosen_where_it_relaxes_faster_per_unit_of_work(dynamics):
+    noisy = gaussian_measurements(noise=2000.0)
+    automatic = choices(estimators=("minibatch", "control_variate"))
+    minibatch = choose_settings(dynamics, noisy, automatic)
+    cost = TuningConfig().estimator_cost[minibatch.estimator] * minibatch.relaxation
+    exact = choose_settings(dynamics, gaussian_measurements(noise=0.0), choices())
+    # Work per step at which both cost alike per relaxation time.
+    even = cost / exact.relaxation
+    cheap = choose_settings(dynamics, noisy, replace(automatic, full_data_work=0.9 * even))
+    assert cheap.estimator == "full_data"
+    assert cheap.gradient_noise == 0.0
+    assert cheap.step_size.value == pytest.approx(exact.step_size.value)
+    dear = choose_settings(dynamics, noisy, replace(automatic, full_data_work=1.1 * even))
+    assert dear.estimator == minibatch.estimator
+    assert dear.step_size.value == pytest.approx(minibatch.step_size.value)
+
+
+def test_a_chain_whose_minibatches_relax_slowly_travels_on_them_before_the_full_data():
+    """Noise far above the curvature tells a mode far from the mass; the chain travels."""
+    measurements = gaussian_measurements(noise=2000.0)
+    config = TuningConfig(slow_relaxation=50.0)
+    automatic = choices(estimators=("minibatch", "control_variate"), full_data_work=2.0)
+    adapter = ChainAdapter("SGLD", Langevin(), None, automatic, config, 100, False, True, False)
+    chain = ChainState(IndexStream(200, 100))
+    chain.measurements = measurements
+    chain.settings = adapter.settings(measurements)
+    assert chain.settings.estimator == "full_data"
+    assert chain.settings.relaxation < config.slow_relaxation
+    adapter.travel_if_slow(chain, tune=True)
+    assert chain.travelling
+    assert chain.settings.estimator != "full_data"
+
+
 class UntouchableProbe:
     """A probe of many rows whose full passes must not be paid for."""
 

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.curvature import CURVATURE_MARGIN, largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import (
+    FULL_DATA,
     Measurements,
     measure,
     measure_at_draws,
@@ -96,6 +98,12 @@ class ChainState:
     step_block : tuple or None
         The settings, the numbers of draws and steps and the per-step inputs
         of the chain's last call of several draws, kept as ``step_values``.
+    all_rows : AllRows or None
+        Batches of all N rows, for settings whose estimator is the full
+        data's gradient; ``None`` where it is not weighed.
+    full_data_checked : bool
+        Whether a tune window has closed on draws taken with the full data's
+        gradient, checking its settings where the chain went.
     """
 
     batches: IndexStream
@@ -119,6 +127,8 @@ class ChainState:
     last_draw: tuple | None = None
     ahead: list = field(default_factory=list)
     step_block: tuple | None = None
+    all_rows: AllRows | None = None
+    full_data_checked: bool = False
 
 
 class ChainAdapter:
@@ -269,11 +279,11 @@ class ChainAdapter:
             return
         size = chain.measurements.mode.size
         hessian_work = 2.0 * size * self.probe.n_rows
-        draw_work = (
-            settings.steps_per_draw
-            * self.batch_size
-            * self.tuning.estimator_cost[settings.estimator]
-        )
+        if settings.estimator == FULL_DATA:
+            step_work = self.probe.n_rows * self.tuning.estimator_cost["minibatch"]
+        else:
+            step_work = self.batch_size * self.tuning.estimator_cost[settings.estimator]
+        draw_work = settings.steps_per_draw * step_work
         if hessian_work > self.tuning.second_order_draws * draw_work:
             return
         measurements, departure = with_second_order(
@@ -305,18 +315,31 @@ class ChainAdapter:
         """
         if not (tune and self.windows and self.choices.step_size is None):
             return
-        slow = chain.settings.relaxation > self.tuning.slow_relaxation
+        # The minibatches' noise against the curvature tells a mode far from
+        # the mass, which the full data's gradient, free of noise, would hide.
+        current = chain.settings
+        if current.estimator == FULL_DATA:
+            current = self.settings(
+                chain.measurements, replace(self.choices, full_data_work=np.inf)
+            )
+        slow = current.relaxation > self.tuning.slow_relaxation
         if not (slow or chain.measurements.at_start):
             return
         budget = self.travel_budget() if budget is None else budget
         # The second-order control variate extrapolates the curvature at the
         # centre; a travelling chain leaves the region where that holds.
         estimators = tuple(name for name in self.choices.estimators if name != "second_order")
+        # Minibatches travel: their noise keeps the large steps of the travel
+        # budget from running away where the curvature grows beyond the measured.
         travel_choices = replace(
-            self.choices, bias_budget=budget, estimators=estimators, weighs_second_order=False
+            self.choices,
+            bias_budget=budget,
+            estimators=estimators,
+            weighs_second_order=False,
+            full_data_work=np.inf,
         )
         travel = self.settings(chain.measurements, travel_choices)
-        if travel.relaxation < chain.settings.relaxation:
+        if travel.relaxation < current.relaxation:
             chain.settings = travel
             chain.travelling = True
             chain.travel_budget = budget
@@ -455,6 +478,8 @@ class ChainAdapter:
         chain.window = []
         chain.windows_closed += 1
         settings = chain.settings
+        if settings.estimator == FULL_DATA:
+            chain.full_data_checked = True
         independent = independent_draws(len(draws), settings.steps_per_draw, settings.relaxation)
         # A given step size predicted to inflate the variance beyond the budget
         # (the user has been warned) spreads the draws by that inflation, not
@@ -469,6 +494,7 @@ class ChainAdapter:
                 len(draws), settings.steps_per_draw, settings.relaxation
             )
         skewed = self.check_tempering(chain, draws, independent, rng)
+        stiffer = settings.estimator == FULL_DATA and self.check_curvature(chain, draws, rng)
         # A covariance needs more independent draws than a covariance with log p.
         check = None
         if independent >= 2 * position.size:
@@ -476,7 +502,7 @@ class ChainAdapter:
                 draws, settings.metric, independent, self.tuning, self.choices.temperature
             )
         disagrees = check is not None and check.disagrees
-        if not (skewed or disagrees):
+        if not (skewed or disagrees or stiffer):
             return settings.warnings if slower else None
         messages = []
         if disagrees:
@@ -499,7 +525,33 @@ class ChainAdapter:
         if disagrees:
             self.weigh_second_order(chain, rng)
             chain.centre = chain.measurements.centre
+        switched = chain.settings.estimator == FULL_DATA and settings.estimator != FULL_DATA
+        if switched and chain.windows_closed == len(windows):
+            # One more window checks the full data's settings.
+            chain.windows_closed -= 1
         return [*messages, *(m for m in chain.settings.warnings if m not in settings.warnings)]
+
+    def leave_unchecked_full_data(self, chain: ChainState) -> list:
+        """Sample on minibatches where no tune window checked the full data's settings.
+
+        The full data's gradient carries no noise, so its steps are as large as
+        the curvature measured allows; where the posterior is not Gaussian (a
+        funnel's neck, a curved ridge) that picture holds only near where it
+        was measured, and a tune window's draws check it (its slowness, how far
+        the inflation moves the means, the draws' covariance). Without such a
+        window (tuning too short, or none) the chain takes the minibatch
+        estimators' settings, whose noise keeps the steps small. Returns the
+        messages for PyMC.
+        """
+        chain.settings = self.settings(
+            chain.measurements, replace(self.choices, full_data_work=np.inf)
+        )
+        _log.info(
+            "%s: no tune window checked the full data's gradient where the chain went; it "
+            "samples on minibatches (tune longer to have the full data weighed).",
+            self.name,
+        )
+        return chain.settings.warnings
 
     def check_slowness(self, chain: ChainState, draws: np.ndarray) -> bool:
         """Give draws more inner steps where a window's draws decorrelate too slowly; True if so.
@@ -557,6 +609,34 @@ class ChainAdapter:
             self.name,
             move,
             budget,
+        )
+        return True
+
+    def check_curvature(self, chain: ChainState, draws: np.ndarray, rng) -> bool:
+        """Count the curvature at a window's draws in the chain's stiffness; True if it grew.
+
+        For chains on the full data's gradient, whose step only the
+        discretisation limits (:mod:`pymc_sgmcmc.tuning.curvature`): the
+        largest curvature at some of the window's draws, in the metric's
+        coordinates, against the largest measured (beyond a margin of
+        :data:`~pymc_sgmcmc.tuning.curvature.CURVATURE_MARGIN`).
+        """
+        settings, measurements = chain.settings, chain.measurements
+        size = measurements.mode.size
+        factor = settings.metric.factor(size) * np.sqrt(settings.preconditioner)[None, :]
+        temperature = self.choices.temperature
+        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
+        largest = largest_curvature(self.probe, tightest_draws(draws, log_density), factor, rng)
+        measured = measurements.curvatures(factor)[1]
+        if not largest > CURVATURE_MARGIN * measured:
+            return False
+        stiffness = measurements.stiffness * largest / measured
+        chain.measurements = replace(measurements, stiffness=stiffness)
+        _log.info(
+            "%s: the curvature at the tune draws reaches %.3g times the largest measured; "
+            "the step size is chosen for it.",
+            self.name,
+            largest / measured,
         )
         return True
 

@@ -76,6 +76,11 @@ class TuningConfig:
         predicted inflation must meet the budget.
     estimator_cost : dict of str to float
         Relative cost of one inner step of each gradient estimator.
+    full_data_rows : int
+        Most rows for which a chain weighs the full data's gradient at every
+        step (``control_variate=None``); a draw's call of the kernel holds
+        the row indices of all its inner steps, up to ``max_steps_per_draw``
+        times this.
     max_steps_per_draw : int
         Cap on the inner steps per recorded draw chosen from the relaxation time.
     slowness_threshold : float
@@ -162,6 +167,7 @@ class TuningConfig:
     estimator_cost: dict = field(
         default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0, "second_order": 4.0}
     )
+    full_data_rows: int = 10_000
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0

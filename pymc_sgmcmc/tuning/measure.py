@@ -20,6 +20,7 @@ from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.mode import estimate_hessian, find_mode, hessian_sds
 
 __all__ = [
+    "FULL_DATA",
     "Measurements",
     "laplace",
     "measure",
@@ -30,6 +31,11 @@ __all__ = [
     "noise_fields",
     "with_second_order",
 ]
+
+#: The gradient on all N rows at every step: no noise, ``N / B`` times a
+#: minibatch step's work. The tuner weighs it where the data are small enough
+#: for that to pay (:func:`pymc_sgmcmc.tuning.tuner.choose_settings`).
+FULL_DATA = "full_data"
 
 
 @dataclass
@@ -132,7 +138,10 @@ class Measurements:
         noise are found on one half of the samples and their variance measured
         on the other (and the other way round), which is unbiased for the
         directions found; the largest diagonal entry bounds it from below.
+        The full data's gradient (:data:`FULL_DATA`) has none.
         """
+        if estimator == FULL_DATA:
+            return 0.0
         factor = _as_factor(factor)
         covariance = factor.T @ self.noise_covariance[estimator] @ factor
         halves = None if self.noise_halves is None else self.noise_halves.get(estimator)
@@ -158,6 +167,8 @@ class Measurements:
         factor = _as_factor(factor)
         curvature = np.diag(-factor.T @ self.hessian @ factor)
         curvature = np.maximum(curvature, self.curvatures(factor)[0])
+        if estimator == FULL_DATA:
+            return temperature * curvature
         noise = np.diag(factor.T @ self.noise_covariance[estimator] @ factor)
         return temperature * curvature + np.maximum(noise, 0.0)
 

@@ -14,7 +14,8 @@ of the range (a smaller budget where the tune draws showed that the inflation
 moves the means by more than the budget in posterior sds, see
 :mod:`pymc_sgmcmc.tuning.tempering`), the metric and gradient estimator with the shortest
 relaxation time per unit of work (the work of an inner step counts the
-metric's multiply-adds against the gradient's, about ``2 B D``), and about
+metric's multiply-adds against the gradient's, about ``2 B D``; a gradient on
+all N rows, free of noise, counts ``N / B`` minibatch gradients), and about
 one relaxation time of inner steps per draw.
 """
 
@@ -28,7 +29,7 @@ from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.metric import IdentityMetric, Metric, metric_from_covariance
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.measure import Measurements
+from pymc_sgmcmc.tuning.measure import FULL_DATA, Measurements
 
 __all__ = ["ChainSettings", "UserChoices", "choose_settings", "fixed_settings"]
 
@@ -58,6 +59,11 @@ class UserChoices:
     weighs_second_order : bool
         Whether the second-order control variate is weighed too where a
         chain measured it (:func:`~pymc_sgmcmc.tuning.measure.with_second_order`).
+    full_data_work : float
+        Work of an inner step on all N rows relative to a minibatch step
+        (``N / B``), where the full data's gradient
+        (:data:`~pymc_sgmcmc.tuning.measure.FULL_DATA`) is weighed too;
+        ``inf`` where it is not.
     """
 
     step_size: object
@@ -68,6 +74,7 @@ class UserChoices:
     bias_budget: float
     metric: str = "auto"
     weighs_second_order: bool = False
+    full_data_work: float = np.inf
 
 
 @dataclass
@@ -77,7 +84,8 @@ class ChainSettings:
     Attributes
     ----------
     estimator : str
-        ``"minibatch"`` or ``"control_variate"``.
+        ``"minibatch"``, ``"control_variate"``, ``"second_order"`` or
+        ``"full_data"`` (every inner step on all N rows).
     step_size : schedule
         Step size of every inner step.
     preconditioner : ndarray
@@ -246,21 +254,24 @@ def choose_settings(
     budget = choices.bias_budget / max(1.0, measurements.tempering_sensitivity)
 
     candidates = []
-    gradient_work = 2.0 * measurements.batch_size * size
+    estimators = choices.estimators
+    if np.isfinite(choices.full_data_work):
+        estimators = (*estimators, FULL_DATA)
     for metric, preconditioner, factor, (smallest, largest), base_model in options:
         curvatures = np.geomspace(smallest, largest, config.curvature_grid)
-        metric_cost = 1.0 + metric.extra_work(size) / gradient_work
-        for estimator in choices.estimators:
+        for estimator in estimators:
             noise = measurements.noise(estimator, factor)
-            model = _on_epochs(
-                dynamics, base_model, measurements, factor, noise, epochs, temperature
-            )
+            model = base_model
+            if estimator != FULL_DATA:
+                model = _on_epochs(
+                    dynamics, base_model, measurements, factor, noise, epochs, temperature
+                )
             tuned = _largest_step_size(model, curvatures, noise / temperature, budget)
             step_size = constant or tuned
             relaxation = max(
                 model.relaxation(step_size, a, noise / temperature) for a in curvatures
             )
-            cost = relaxation * config.estimator_cost[estimator] * metric_cost
+            cost = relaxation * _step_work(estimator, metric, measurements, choices, config)
             # At a given step size every estimator relaxes alike; what tells
             # them apart is how far their noise inflates the variance, so the
             # ones within the budget come first, then the least inflation.
@@ -358,6 +369,23 @@ def choose_settings(
         metric,
         float(relaxation),
     )
+
+
+def _step_work(estimator, metric, measurements, choices, config) -> float:
+    """Return the work of one inner step, in minibatch gradients.
+
+    A gradient on ``B`` rows costs about ``2 B D`` multiply-adds, to which the
+    metric's maps add their own; the full data's gradient costs ``N / B``
+    minibatch gradients.
+    """
+    size = measurements.mode.size
+    rows = measurements.batch_size
+    if estimator == FULL_DATA:
+        gradients = choices.full_data_work * config.estimator_cost["minibatch"]
+        rows = rows * choices.full_data_work
+    else:
+        gradients = config.estimator_cost[estimator]
+    return gradients * (1.0 + metric.extra_work(size) / (2.0 * rows * size))
 
 
 def _on_epochs(dynamics, model, measurements, factor, noise, epochs, temperature):
