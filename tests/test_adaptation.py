@@ -28,6 +28,13 @@ from pymc_sgmcmc.tuning.curvature import largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import laplace, measure_noise, with_second_order
 
 
+def probe_and_start(model):
+    """The model's compiled probe and its initial point as one vector."""
+    density = build_minibatch_log_density(model, model.value_vars)
+    point = {v.name: model.initial_point()[v.name] for v in model.value_vars}
+    return Probe(density), DictToArrayBijection.map(point).data
+
+
 @pytest.fixture(scope="module")
 def gaussian():
     known = correlated_regression(n_rows=2000, correlation=0.5)
@@ -169,13 +176,8 @@ def test_the_second_order_control_variate_is_measured_where_the_likelihood_is_li
 
 def test_the_largest_curvature_at_draws_is_the_whitened_hessians_top_eigenvalue():
     """Power iteration on differences of the full gradient, in the metric's coordinates."""
-    known = radon_like(n_rows=300, n_groups=10, centred=True)
-    density = build_minibatch_log_density(known.model, known.model.value_vars)
-    probe = Probe(density)
+    probe, start = probe_and_start(radon_like(n_rows=300, n_groups=10, centred=True).model)
     rng = np.random.default_rng(6)
-    start = DictToArrayBijection.map(
-        {v.name: known.model.initial_point()[v.name] for v in known.model.value_vars}
-    ).data
     size = start.size
     draws = start + rng.normal(scale=0.3, size=(2, size))
     factor = np.tril(rng.normal(scale=0.2, size=(size, size))) + np.eye(size)
@@ -194,11 +196,9 @@ def test_a_full_data_window_counts_the_curvature_of_a_funnels_neck():
     """
     known = radon_like(n_rows=300, n_groups=10, centred=True)
     model = known.model
-    density = build_minibatch_log_density(model, model.value_vars)
-    probe = Probe(density)
+    probe, start = probe_and_start(model)
     rng = np.random.default_rng(7)
     point = {v.name: model.initial_point()[v.name] for v in model.value_vars}
-    start = DictToArrayBijection.map(point).data
     # The mode search runs into the neck; the chain is measured where the scale is 0.5.
     typical = DictToArrayBijection.map({**point, "tau_log__": np.array(np.log(0.5))}).data
     hessian = probe.hessian(typical, np.arange(300), np.full(start.size, 1e-5))
@@ -240,13 +240,8 @@ def test_the_second_order_control_variate_is_not_measured_along_a_curved_ridge()
     ``tau``, which varies across the posterior, so the centre's curvature does not hold where
     the chain goes.
     """
-    known = radon_like(n_rows=1000, n_groups=20, centred=False)
-    density = build_minibatch_log_density(known.model, known.model.value_vars)
-    probe = Probe(density)
+    probe, start = probe_and_start(radon_like(n_rows=1000, n_groups=20, centred=False).model)
     rng = np.random.default_rng(4)
-    start = DictToArrayBijection.map(
-        {v.name: known.model.initial_point()[v.name] for v in known.model.value_vars}
-    ).data
     first_order = measure(probe, 100, rng, start, ("minibatch", "control_variate"))
     assert first_order.log_concave
     config = TuningConfig()

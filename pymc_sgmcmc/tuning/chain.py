@@ -33,7 +33,13 @@ from pymc_sgmcmc.tuning.measure import (
     with_second_order,
 )
 from pymc_sgmcmc.tuning.tempering import log_density_at_draws, tempering_sensitivity
-from pymc_sgmcmc.tuning.tuner import ChainSettings, UserChoices, choose_settings, fixed_settings
+from pymc_sgmcmc.tuning.tuner import (
+    ChainSettings,
+    UserChoices,
+    choose_settings,
+    fixed_settings,
+    gradient_work,
+)
 from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine, slowness
 
 __all__ = ["ChainAdapter", "ChainState"]
@@ -279,11 +285,8 @@ class ChainAdapter:
             return
         size = chain.measurements.mode.size
         hessian_work = 2.0 * size * self.probe.n_rows
-        if settings.estimator == FULL_DATA:
-            step_work = self.probe.n_rows * self.tuning.estimator_cost["minibatch"]
-        else:
-            step_work = self.batch_size * self.tuning.estimator_cost[settings.estimator]
-        draw_work = settings.steps_per_draw * step_work
+        step_work = gradient_work(settings.estimator, self.choices, self.tuning)
+        draw_work = settings.steps_per_draw * self.batch_size * step_work
         if hessian_work > self.tuning.second_order_draws * draw_work:
             return
         measurements, departure = with_second_order(
@@ -299,6 +302,10 @@ class ChainAdapter:
             return
         chain.measurements = measurements
         chain.settings = self.settings(measurements)
+
+    def minibatch_settings(self, chain: ChainState) -> ChainSettings:
+        """Return the settings the chain's measurements give without the full data's gradient."""
+        return self.settings(chain.measurements, replace(self.choices, full_data_work=np.inf))
 
     def travel_if_slow(self, chain: ChainState, tune: bool, budget: float | None = None) -> None:
         """Run the next tune window at the travel budget if the chain is slow where measured.
@@ -319,9 +326,7 @@ class ChainAdapter:
         # the mass, which the full data's gradient, free of noise, would hide.
         current = chain.settings
         if current.estimator == FULL_DATA:
-            current = self.settings(
-                chain.measurements, replace(self.choices, full_data_work=np.inf)
-            )
+            current = self.minibatch_settings(chain)
         slow = current.relaxation > self.tuning.slow_relaxation
         if not (slow or chain.measurements.at_start):
             return
@@ -543,9 +548,7 @@ class ChainAdapter:
         estimators' settings, whose noise keeps the steps small. Returns the
         messages for PyMC.
         """
-        chain.settings = self.settings(
-            chain.measurements, replace(self.choices, full_data_work=np.inf)
-        )
+        chain.settings = self.minibatch_settings(chain)
         _log.info(
             "%s: no tune window checked the full data's gradient where the chain went; it "
             "samples on minibatches (tune longer to have the full data weighed).",

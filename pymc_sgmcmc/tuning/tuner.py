@@ -31,7 +31,13 @@ from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.measure import FULL_DATA, Measurements
 
-__all__ = ["ChainSettings", "UserChoices", "choose_settings", "fixed_settings"]
+__all__ = [
+    "ChainSettings",
+    "UserChoices",
+    "choose_settings",
+    "fixed_settings",
+    "gradient_work",
+]
 
 
 @dataclass(frozen=True)
@@ -371,20 +377,27 @@ def choose_settings(
     )
 
 
+def gradient_work(estimator: str, choices: UserChoices, config: TuningConfig) -> float:
+    """Return the gradient work of one inner step of ``estimator``, in minibatch gradients.
+
+    The full data's gradient costs ``N / B`` minibatch gradients.
+    """
+    if estimator == FULL_DATA:
+        return choices.full_data_work * config.estimator_cost["minibatch"]
+    return config.estimator_cost[estimator]
+
+
 def _step_work(estimator, metric, measurements, choices, config) -> float:
     """Return the work of one inner step, in minibatch gradients.
 
     A gradient on ``B`` rows costs about ``2 B D`` multiply-adds, to which the
-    metric's maps add their own; the full data's gradient costs ``N / B``
-    minibatch gradients.
+    metric's maps add their own.
     """
     size = measurements.mode.size
     rows = measurements.batch_size
     if estimator == FULL_DATA:
-        gradients = choices.full_data_work * config.estimator_cost["minibatch"]
         rows = rows * choices.full_data_work
-    else:
-        gradients = config.estimator_cost[estimator]
+    gradients = gradient_work(estimator, choices, config)
     return gradients * (1.0 + metric.extra_work(size) / (2.0 * rows * size))
 
 
