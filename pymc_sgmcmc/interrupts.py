@@ -6,7 +6,7 @@ import _signal
 import signal
 import threading
 
-__all__ = ["InterruptsHeld", "interrupts_held"]
+__all__ = ["InterruptsHeld", "interrupted", "interrupts_held"]
 
 _SIGINT = int(signal.SIGINT)
 # The handler is swapped through the C module behind :mod:`signal`, whose
@@ -55,3 +55,14 @@ class InterruptsHeld:
 
 #: The one instance the step methods hold their kernel calls with.
 interrupts_held = InterruptsHeld()
+
+
+def interrupted(error: BaseException | None) -> bool:
+    """Return whether ``error`` or one of its causes is a ``KeyboardInterrupt``."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False

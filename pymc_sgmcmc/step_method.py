@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -15,18 +14,28 @@ from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
-from pymc.util import get_random_generator, get_value_vars_from_user_vars
+from pymc.util import get_random_generator
 
-from pymc_sgmcmc.ahead import draw_inputs, draws_per_call
+from pymc_sgmcmc.arguments import (
+    check_bias_budget,
+    check_clip_gradient,
+    check_control_variate,
+    check_data,
+    check_preconditioner,
+    check_temperature,
+    estimators_to_weigh,
+    is_integer,
+    positive_integer,
+    sampled_variables,
+)
 from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.cluster import check_client
 from pymc_sgmcmc.compiled_model import compiled_model
-from pymc_sgmcmc.disk_rows import is_on_disk
 from pymc_sgmcmc.dynamics import Dynamics
-from pymc_sgmcmc.interrupts import interrupts_held
-from pymc_sgmcmc.kernel import KernelResult, as_state, is_jax
-from pymc_sgmcmc.loop import interpretable
+from pymc_sgmcmc.interrupts import interrupted
+from pymc_sgmcmc.kernel import as_state, is_jax
 from pymc_sgmcmc.minibatch import MinibatchError, refuse_row_latents_in_minibatches
+from pymc_sgmcmc.runner import CENTRED_ESTIMATORS, KernelRunner
 from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
@@ -52,12 +61,6 @@ _NOT_PICKLED = frozenset({"client", "data"})
 #: about 19 s; on PyTensor 2 both take about 18 s and Numba calls are faster.
 PROBE_MODE = "NUMBA" if int(pytensor.__version__.split(".")[0]) < 3 else "CVM"
 
-#: What ``preconditioner`` may name: the tuner's choice or one kind of metric.
-METRIC_CHOICES = ("auto", "diagonal", "dense", "low_rank")
-
-#: The estimators that read a control-variate centre.
-CENTRED_ESTIMATORS = ("control_variate", "second_order")
-
 #: Statistics every stochastic-gradient step records, one value per draw.
 BASE_STATS = {
     "step_size": (np.float64, []),
@@ -71,34 +74,6 @@ BASE_STATS = {
     "gradient_clipped": (np.float64, []),
     "warning": (SamplerWarning, None),
 }
-
-
-def _check_data_argument(data, compile_kwargs) -> dict | None:
-    """Return ``data`` as a dict of arrays by name, or None."""
-    if data is None:
-        return None
-    if not isinstance(data, Mapping) or not all(isinstance(name, str) for name in data):
-        raise TypeError(
-            "data must be a dict from the names of the model's pm.Data to arrays, "
-            f"got {type(data).__name__}."
-        )
-    if is_jax(compile_kwargs) and any(map(is_on_disk, data.values())):
-        raise ValueError(
-            "The JAX backend copies the data to its device, which would read the whole "
-            "memory-mapped file or Zarr array into memory: sample data on disk with the "
-            "default backend."
-        )
-    return dict(data)
-
-
-def _is_integer(value) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _positive_integer(name: str, value) -> int:
-    if not _is_integer(value) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
 
 
 @dataclass_state
@@ -298,29 +273,11 @@ class StochasticGradientStep(ArrayStepShared):
         model = pm.modelcontext(model)
         if initial_point is None:
             initial_point = model.initial_point()
-        vars = self._check_vars(model, vars)
-        if not np.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}.")
-        if not 0 < bias_budget < 1:
-            raise ValueError(f"bias_budget must be between 0 and 1, got {bias_budget!r}.")
-        if clip_gradient is not None and not (
-            isinstance(clip_gradient, int | float | np.floating)
-            and not isinstance(clip_gradient, bool)
-            and clip_gradient > 0
-        ):
-            raise ValueError(
-                f"clip_gradient must be a positive number or None, got {clip_gradient!r}."
-            )
-        self.clip_gradient = np.inf if clip_gradient is None else float(clip_gradient)
-        if isinstance(control_variate, bool | np.bool_):
-            control_variate = bool(control_variate)
-        elif control_variate is not None and not (
-            isinstance(control_variate, str) and control_variate == "second_order"
-        ):
-            raise ValueError(
-                "control_variate must be None (automatic), True, False or 'second_order', "
-                f"got {control_variate!r}."
-            )
+        vars = sampled_variables(model, vars, type(self).__name__)
+        temperature = check_temperature(temperature)
+        bias_budget = check_bias_budget(bias_budget)
+        self.clip_gradient = check_clip_gradient(clip_gradient)
+        control_variate = check_control_variate(control_variate)
         probe_kwargs = {"mode": PROBE_MODE, **(compile_kwargs or {})}
         if is_jax(probe_kwargs):
             # JAX runs the kernels (on its device, e.g. a GPU); the tuning
@@ -340,13 +297,13 @@ class StochasticGradientStep(ArrayStepShared):
             compile_kwargs,
             self.tuning.chunk_rows,
             probe_kwargs,
-            _check_data_argument(data, compile_kwargs),
+            check_data(data, compile_kwargs),
             check_client(client),
         )
         density = self.compiled.density
         if batch_size is None:
             batch_size = min(100, density.n_rows)
-        elif _is_integer(batch_size) and batch_size > density.n_rows:
+        elif is_integer(batch_size) and batch_size > density.n_rows:
             _log.info(
                 "batch_size=%d is more than the %d rows of the data: every batch holds all "
                 "rows (exact gradients).",
@@ -359,7 +316,7 @@ class StochasticGradientStep(ArrayStepShared):
         refuse_row_latents_in_minibatches(density, self._batches.full)
         size = sum(int(np.prod(initial_point[v.name].shape, dtype=int)) for v in vars)
         self.dynamics.check_size(size)
-        given_preconditioner, metric = self._check_preconditioner(preconditioner, size)
+        given_preconditioner, metric = check_preconditioner(preconditioner, size)
         if metric != "auto" and not self.dynamics.accepts_metric():
             raise ValueError(
                 f"preconditioner={metric!r} needs the sampler's options in the metric's "
@@ -369,19 +326,14 @@ class StochasticGradientStep(ArrayStepShared):
             step_size=None if step_size is None else as_schedule(step_size),
             preconditioner=given_preconditioner,
             metric=metric,
-            estimators={
-                None: ("minibatch", "control_variate"),
-                True: ("control_variate",),
-                False: ("minibatch",),
-                "second_order": ("minibatch", "control_variate", "second_order"),
-            }[control_variate],
+            estimators=estimators_to_weigh(control_variate),
             steps_per_draw=(
                 None
                 if steps_per_draw is None
-                else _positive_integer("steps_per_draw", steps_per_draw)
+                else positive_integer("steps_per_draw", steps_per_draw)
             ),
-            temperature=float(temperature),
-            bias_budget=float(bias_budget),
+            temperature=temperature,
+            bias_budget=bias_budget,
             # A centre that moves would buy the full-data Hessian again at
             # every refresh, which the automatic choice's cost rule does not count.
             weighs_second_order=control_variate is None and control_variate_refresh is None,
@@ -390,7 +342,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.control_variate_refresh = (
             None
             if control_variate_refresh is None
-            else _positive_integer("control_variate_refresh", control_variate_refresh)
+            else positive_integer("control_variate_refresh", control_variate_refresh)
         )
         self.measures = self._needs_measurements()
         self.adapter = ChainAdapter(
@@ -407,8 +359,14 @@ class StochasticGradientStep(ArrayStepShared):
         )
         # Compiled (with Numba, at its first call) before PyMC forks its chain
         # processes, so they share it.
-        self._interprets = interpretable(self.dynamics)
-        if self.measures or self._interprets:
+        self.runner = KernelRunner(
+            self.compiled,
+            self.dynamics,
+            self.tuning,
+            self.clip_gradient,
+            bool(self.density.other_blocks) or self.control_variate_refresh is not None,
+        )
+        if self.measures or self.runner.interprets:
             point = {v.name: initial_point[v.name] for v in vars}
             self.compiled.probe.terms(DictToArrayBijection.map(point).data, np.arange(1))
         else:
@@ -429,41 +387,6 @@ class StochasticGradientStep(ArrayStepShared):
         stored = super().__getnewargs_ex__()
         kept = self.__getnewargs_ex__()
         return {name: kept if value is stored else value for name, value in vars(self).items()}
-
-    def _check_vars(self, model, vars):
-        vars = (
-            model.continuous_value_vars
-            if vars is None
-            else get_value_vars_from_user_vars(vars, model)
-        )
-        discrete = [var.name for var in vars if var.dtype not in pm.pytensorf.continuous_types]
-        if discrete:
-            raise ValueError(
-                f"{type(self).__name__} samples continuous variables only; assign another "
-                f"step method (e.g. pm.Metropolis) to {discrete}."
-            )
-        if not vars:
-            raise ValueError(
-                f"The model has no continuous free variables for {type(self).__name__}."
-            )
-        return vars
-
-    @staticmethod
-    def _check_preconditioner(preconditioner, size):
-        """Return the given diagonal preconditioner (or None) and the metric to build."""
-        if isinstance(preconditioner, str):
-            if preconditioner not in METRIC_CHOICES:
-                raise ValueError(
-                    f"preconditioner must be one of {', '.join(map(repr, METRIC_CHOICES))}, "
-                    f"None or an array, got {preconditioner!r}."
-                )
-            return None, preconditioner
-        if preconditioner is None:
-            return np.ones(size), "auto"
-        values = np.broadcast_to(np.asarray(preconditioner, dtype=float), (size,)).copy()
-        if not np.all(np.isfinite(values) & (values > 0)):
-            raise ValueError("preconditioner must hold positive finite numbers.")
-        return values, "auto"
 
     def _full_data_work(self, control_variate) -> float:
         """Return the work of a step on all rows relative to a minibatch step, if weighed.
@@ -580,34 +503,10 @@ class StochasticGradientStep(ArrayStepShared):
         settings = chain.settings
         coordinates = settings.metric.to_coordinates(position)
         chain.state = as_state(self.dynamics.initial_state(coordinates, settings.inputs, self.rng))
-        self._prepare_kernel_inputs()
+        self.runner.prepare_inputs(chain)
         chain.warnings.extend(
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
         )
-
-    def _prepare_kernel_inputs(self) -> None:
-        chain = self.chain
-        chain.ahead.clear()
-        settings = chain.settings
-        named = {
-            **settings.inputs,
-            **settings.metric.inputs(),
-            "gradient_clip": self.clip_gradient,
-        }
-        if settings.estimator in CENTRED_ESTIMATORS:
-            named.update(chain.centre.inputs())
-        chain.interpreted = self._interprets and chain.steps_taken < self.tuning.interpreted_steps
-        chain.kernel_inputs = self._kernel().prepare(named, chain.state["position"].size)
-
-    def _kernel(self):
-        """Return the kernel the chain's next draw runs: interpreted or fused."""
-        chain = self.chain
-        settings = chain.settings
-        # The full data's gradient is the minibatch gradient on batches of all rows.
-        estimator = "minibatch" if settings.estimator == FULL_DATA else settings.estimator
-        if chain.interpreted:
-            return self.compiled.interpreted_kernel(self.dynamics, estimator, settings.metric.kind)
-        return self.compiled.kernel(self.dynamics, estimator, settings.metric.kind)
 
     # Sampling ---------------------------------------------------------------------
 
@@ -621,7 +520,7 @@ class StochasticGradientStep(ArrayStepShared):
         try:
             return self._draw(q0)
         except SystemError as error:
-            if _interrupted(error):
+            if interrupted(error):
                 raise KeyboardInterrupt from None
             raise
 
@@ -644,7 +543,7 @@ class StochasticGradientStep(ArrayStepShared):
             chain.steps_taken,
             self.adapter.steps_this_draw(chain, self.tune),
         )
-        step_values = self._step_values(settings, n_steps)
+        step_values = self.runner.step_values(chain, n_steps)
         step_sizes = step_values["step_size"]
         # A constant step size was checked when it was made; a schedule's
         # values are checked at every draw.
@@ -658,7 +557,7 @@ class StochasticGradientStep(ArrayStepShared):
             return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps, 0)]
         if chain.interpreted and chain.steps_taken >= self.tuning.interpreted_steps:
             # The chain has run long enough for the fused kernel to pay.
-            self._prepare_kernel_inputs()
+            self.runner.prepare_inputs(chain)
         if (
             settings.estimator in CENTRED_ESTIMATORS
             and self.control_variate_refresh is not None
@@ -667,9 +566,9 @@ class StochasticGradientStep(ArrayStepShared):
             second_order = settings.estimator == "second_order"
             chain.centre = self.compiled.probe.centre(position, hessian=second_order)
             chain.steps_since_refresh = 0
-            self._prepare_kernel_inputs()
+            self.runner.prepare_inputs(chain)
 
-        result = self._next_result(settings, position, n_steps, step_values)
+        result = self.runner.run(chain, position, n_steps, step_values, self.rng, self.tune)
         chain.state = result.state
         chain.steps_taken += result.steps_taken
         chain.steps_since_refresh += result.steps_taken
@@ -712,109 +611,6 @@ class StochasticGradientStep(ArrayStepShared):
         chain.last_draw = (settings.metric, result.position, result.state["position"])
         return RaveledVars(result.position, q0.point_map_info), [stats]
 
-    def _next_result(self, settings, position, n_steps: int, step_values) -> KernelResult:
-        """Return what the kernel gives for the chain's next draw, from ``position``.
-
-        A draw the last call ran ahead is handed out where the chain still
-        stands where its last draw ended; otherwise the kernel runs the inner
-        steps of this draw, or after tuning those of several
-        (:mod:`pymc_sgmcmc.ahead`), keeping the later ones for the next draws.
-        """
-        chain = self.chain
-        if chain.ahead:
-            if chain.last_draw[1].tobytes() == position.tobytes():
-                return chain.ahead.pop()
-            chain.ahead.clear()
-        draws = self._draws_per_call(n_steps)
-        noise_shape = (self.dynamics.noise_vectors, position.size)
-        batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
-        if draws == 1:
-            indices = batches.draw(self.rng, n_steps)
-            noise = self.rng.standard_normal((n_steps, *noise_shape))
-        else:
-            indices, noise = draw_inputs(batches, self.rng, draws, n_steps, noise_shape)
-        state = {**chain.state, "position": self._coordinates(settings.metric, position)}
-        self.compiled.pages.read(indices)
-        kernel = self._kernel()
-        if draws == 1:
-            with interrupts_held:
-                return kernel(state, indices, noise, step_values, chain.kernel_inputs)
-        block = self._step_block(settings, draws, n_steps, step_values)
-        with interrupts_held:
-            results = kernel.draws(state, indices, noise, block, chain.kernel_inputs)
-        results.reverse()
-        chain.ahead = results
-        return results.pop()
-
-    def _draws_per_call(self, n_steps: int) -> int:
-        """Return how many draws the next kernel call runs: one unless the draws repeat.
-
-        Several only after tuning, in the fused kernel, with the same per-step
-        inputs at every draw (kept by :meth:`_step_values`) and nothing else
-        that moves between draws: no other step method, no control-variate
-        refresh. Steps on all rows take one draw a call: their work dwarfs a
-        call's fixed cost, and the row indices of many draws would fill memory.
-        """
-        chain = self.chain
-        if (
-            self.tune
-            or chain.interpreted
-            or chain.settings.estimator == FULL_DATA
-            or chain.step_values is None
-            or self.density.other_blocks
-            or self.control_variate_refresh is not None
-            or type(self.dynamics).draw_steps is not Dynamics.draw_steps
-        ):
-            return 1
-        tuning = self.tuning
-        return draws_per_call(tuning.steps_per_call, tuning.max_draws_per_call, n_steps)
-
-    def _step_block(self, settings, draws: int, n_steps: int, step_values) -> dict:
-        """Return ``step_values`` repeated for ``draws`` draws, built once per settings."""
-        chain = self.chain
-        kept = chain.step_block
-        if kept is not None and kept[0] is settings and kept[1:3] == (draws, n_steps):
-            return kept[3]
-        block = {
-            name: np.ascontiguousarray(np.broadcast_to(value, (draws, n_steps)))
-            for name, value in step_values.items()
-        }
-        chain.step_block = (settings, draws, n_steps, block)
-        return block
-
-    def _coordinates(self, metric, position: np.ndarray) -> np.ndarray:
-        """Return ``position`` in ``metric``'s coordinates.
-
-        A draw that starts where the chain's last draw ended (PyMC hands the
-        position back unchanged unless another step method moved it) takes
-        the coordinates the kernel returned, without mapping back. The
-        positions are compared byte for byte, cheaper than comparing the
-        values for the lengths a metric is dense for.
-        """
-        last = self.chain.last_draw
-        if last is not None and last[0] is metric and last[1].tobytes() == position.tobytes():
-            return last[2]
-        return metric.to_coordinates(position)
-
-    def _step_values(self, settings, n_steps: int) -> dict:
-        """Return the per-step inputs of the chain's next ``n_steps`` steps.
-
-        With a constant step size and the dynamics' default per-step inputs
-        (the step sizes alone) they are the same at every draw of the same
-        length, and are reused rather than built again.
-        """
-        chain = self.chain
-        kept = chain.step_values
-        if kept is not None and kept[0] is settings and kept[1] == n_steps:
-            return kept[2]
-        values = self.dynamics.step_values(
-            settings.step_size, chain.steps_taken + np.arange(n_steps)
-        )
-        constant = isinstance(settings.step_size, ConstantStepSize)
-        default = type(self.dynamics).step_values is Dynamics.step_values
-        chain.step_values = (settings, n_steps, values) if constant and default else None
-        return values
-
     def _diverge(self, step_size: float, what: str = "the state or its gradient") -> None:
         self.chain.diverged = True
         advice = "Reduce step_size."
@@ -849,14 +645,3 @@ class StochasticGradientStep(ArrayStepShared):
             "warning": chain.warnings.pop(0) if chain.warnings else None,
             **self.dynamics.statistics(chain.state),
         }
-
-
-def _interrupted(error: BaseException | None) -> bool:
-    """Return whether ``error`` or one of its causes is a ``KeyboardInterrupt``."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False

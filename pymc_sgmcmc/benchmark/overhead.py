@@ -92,15 +92,15 @@ def _timed_kernels(step, interpreted: bool) -> list:
         for kernel in kernels:
             kernel._call = _Timed(kernel._call)
         return [kernel._call for kernel in kernels]
-    choose = step._kernel
+    choose = step.runner.kernel
     timers = {}
 
-    def timed_kernel():
-        kernel = choose()
+    def timed_kernel(chain):
+        kernel = choose(chain)
         return timers.setdefault(id(kernel), _Timed(kernel))
 
-    step._kernel = timed_kernel
-    timed_kernel()
+    step.runner.kernel = timed_kernel
+    timed_kernel(step.chain)
     return list(timers.values())
 
 

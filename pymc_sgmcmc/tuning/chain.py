@@ -5,7 +5,8 @@ its own jittered start, and the tuner turns the measurements into settings.
 During ``tune`` its draws fill windows that are checked against the picture
 the settings rest on (:mod:`pymc_sgmcmc.tuning.windows`). A chain whose
 settings relax slowly where it was measured first travels: it runs a window
-at a larger bias budget and is measured again where it went.
+at a larger bias budget and is measured again where it went
+(:mod:`pymc_sgmcmc.tuning.travel`).
 
 :class:`ChainAdapter` holds this logic for one step method; the step method
 keeps the sampler state and the kernel. Where the adapter changes a chain's
@@ -16,23 +17,22 @@ the sampler state again from the chain's position.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.dynamics import Dynamics
-from pymc_sgmcmc.estimators import Centre, Probe
+from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.curvature import CURVATURE_MARGIN, largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import (
     FULL_DATA,
-    Measurements,
     measure,
-    measure_at_draws,
     with_second_order,
 )
+from pymc_sgmcmc.tuning.state import ChainState
 from pymc_sgmcmc.tuning.tempering import log_density_at_draws, tempering_sensitivity
+from pymc_sgmcmc.tuning.travel import Travel
 from pymc_sgmcmc.tuning.tuner import (
     ChainSettings,
     UserChoices,
@@ -48,97 +48,10 @@ __all__ = ["ChainAdapter", "ChainState"]
 _log = logging.getLogger("pymc")
 
 
-@dataclass
-class ChainState:
-    """Everything one chain carries from draw to draw.
-
-    Attributes
-    ----------
-    batches : IndexStream
-        The chain's stream of minibatch rows (with its current epoch).
-    settings : ChainSettings or None
-        What the chain samples with; ``None`` until it has adapted.
-    state : dict of str to ndarray or None
-        The sampler's state besides what PyMC holds (e.g. the momentum).
-    centre : Centre or None
-        The control-variate centre.
-    interpreted : bool
-        Whether the chain's draws run in the interpreted loop, not yet in the
-        fused kernel.
-    kernel_inputs : list or dict of ndarray, or None
-        The kernel's chain inputs, checked once.
-    steps_taken, steps_since_refresh : int
-        Inner steps so far, and since the control variate was last re-centred.
-    diverged : bool
-        Whether the state or its gradient became non-finite.
-    readapt : bool
-        Whether the chain measures again before its next draw.
-    warnings : list of SamplerWarning
-        Warnings not yet handed to PyMC (one per draw).
-    measurements : Measurements or None
-        What the chain measured, refined by its tune windows.
-    window : list of ndarray
-        The tune draws of the current window.
-    windows_closed : int
-        Tune windows closed so far (counted again after travelling).
-    tune_draws : int
-        Tune draws since the chain first adapted, or since it last travelled.
-    travelling : bool
-        Whether the chain runs its current tune window at the travel budget
-        (it relaxed too slowly where it was measured) and is to be measured
-        again at that window's draws.
-    travel_budget : float
-        The bias budget the chain travels at: the adapter's, lowered each
-        time a travelling step diverged.
-    step_values : tuple or None
-        The settings, the number of steps and the per-step inputs of the
-        chain's last draw, kept while they cannot change from draw to draw
-        (a constant step size).
-    last_draw : tuple or None
-        The metric, the position (model coordinates) and the coordinates of
-        the draw the chain last returned, so that a draw that starts where
-        the last one ended skips the map into the metric's coordinates.
-    ahead : list of KernelResult
-        Draws the kernel has run before PyMC asked for them, the next one
-        last (:mod:`pymc_sgmcmc.ahead`).
-    step_block : tuple or None
-        The settings, the numbers of draws and steps and the per-step inputs
-        of the chain's last call of several draws, kept as ``step_values``.
-    all_rows : AllRows or None
-        Batches of all N rows, for settings whose estimator is the full
-        data's gradient; ``None`` where it is not weighed.
-    full_data_checked : bool
-        Whether a tune window has closed on draws taken with the full data's
-        gradient, checking its settings where the chain went.
-    """
-
-    batches: IndexStream
-    settings: ChainSettings | None = None
-    state: dict | None = None
-    centre: Centre | None = None
-    interpreted: bool = False
-    kernel_inputs: list | dict | None = None
-    steps_taken: int = 0
-    steps_since_refresh: int = 0
-    diverged: bool = False
-    readapt: bool = False
-    warnings: list = field(default_factory=list)
-    measurements: Measurements | None = None
-    window: list = field(default_factory=list)
-    windows_closed: int = 0
-    tune_draws: int = 0
-    travelling: bool = False
-    travel_budget: float = 0.0
-    step_values: tuple | None = None
-    last_draw: tuple | None = None
-    ahead: list = field(default_factory=list)
-    step_block: tuple | None = None
-    all_rows: AllRows | None = None
-    full_data_checked: bool = False
-
-
-class ChainAdapter:
+class ChainAdapter(Travel):
     """The adaptation of a step method's chains.
+
+    The travel rules come from :class:`~pymc_sgmcmc.tuning.travel.Travel`.
 
     Parameters
     ----------
@@ -306,120 +219,6 @@ class ChainAdapter:
     def minibatch_settings(self, chain: ChainState) -> ChainSettings:
         """Return the settings the chain's measurements give without the full data's gradient."""
         return self.settings(chain.measurements, replace(self.choices, full_data_work=np.inf))
-
-    def travel_if_slow(self, chain: ChainState, tune: bool, budget: float | None = None) -> None:
-        """Run the next tune window at the travel budget if the chain is slow where measured.
-
-        At a mode far from the posterior's mass (the joint mode of a
-        hierarchical model written non-centred, the neck of a funnel) the
-        gradient noise can be thousands of times the curvature, and the bias
-        budget then allows steps so small that the chain would not leave the
-        mode during tune. Its tune draws are discarded, so the first window
-        takes larger steps instead, and the chain is measured again at that
-        window's draws (:meth:`finish_travel`). A chain whose posterior has
-        no mode (measured at its start) travels too. ``budget`` is the bias
-        budget to travel at (:meth:`travel_budget` by default).
-        """
-        if not (tune and self.windows and self.choices.step_size is None):
-            return
-        # The minibatches' noise against the curvature tells a mode far from
-        # the mass, which the full data's gradient, free of noise, would hide.
-        current = chain.settings
-        if current.estimator == FULL_DATA:
-            current = self.minibatch_settings(chain)
-        slow = current.relaxation > self.tuning.slow_relaxation
-        if not (slow or chain.measurements.at_start):
-            return
-        budget = self.travel_budget() if budget is None else budget
-        # The second-order control variate extrapolates the curvature at the
-        # centre; a travelling chain leaves the region where that holds.
-        estimators = tuple(name for name in self.choices.estimators if name != "second_order")
-        # Minibatches travel: their noise keeps the large steps of the travel
-        # budget from running away where the curvature grows beyond the measured.
-        travel_choices = replace(
-            self.choices,
-            bias_budget=budget,
-            estimators=estimators,
-            weighs_second_order=False,
-            full_data_work=np.inf,
-        )
-        travel = self.settings(chain.measurements, travel_choices)
-        if travel.relaxation < current.relaxation:
-            chain.settings = travel
-            chain.travelling = True
-            chain.travel_budget = budget
-
-    def travel_budget(self) -> float:
-        """Return the bias budget a travelling window runs at (never below the user's)."""
-        return max(self.tuning.travel_budget, self.choices.bias_budget)
-
-    def finish_travel(self, chain: ChainState, draws: np.ndarray, rng, tune: bool) -> list:
-        """Measure again around the travel window's draws; return the messages for PyMC."""
-        chain.travelling = False
-        chain.window = []
-        previous = chain.measurements
-        if len(draws) >= self.tuning.windows[0] // 10:
-            chain.measurements = measure_at_draws(
-                previous, self.probe, draws, rng, self.choices.estimators, self.tuning
-            )
-        chain.settings = self.settings(chain.measurements)
-        self.weigh_second_order(chain, rng)
-        chain.centre = chain.measurements.centre
-        chain.steps_since_refresh = 0
-        _log.info(
-            "%s: the chain %s; it travelled %d tune draws at a bias budget of %g and was "
-            "measured again where it went.",
-            self.name,
-            "was measured at its start"
-            if previous.at_start
-            else "relaxed slowly where it was measured",
-            len(draws),
-            chain.travel_budget,
-        )
-        # Still moving (the draws' mean several of their sds from where the
-        # chain was last measured) and still slow: travel on through the next window.
-        spread = np.std(draws, axis=0)
-        shift = np.abs(draws.mean(axis=0) - previous.mode)
-        moved = np.max(shift / np.where(spread > 0, spread, np.inf))
-        if moved > self.tuning.travel_shift:
-            self.travel_if_slow(chain, tune, chain.travel_budget)
-        return self._travel_messages(chain)
-
-    def _travel_messages(self, chain: ChainState) -> list:
-        """Return the messages for PyMC once a travel window has closed.
-
-        A chain that stopped travelling starts its tune windows again, to
-        check the settings chosen where it arrived.
-        """
-        if chain.travelling:
-            return []
-        chain.window = []
-        chain.windows_closed = 0
-        chain.tune_draws = 0
-        return chain.settings.warnings
-
-    def travel_diverged(self, chain: ChainState) -> list:
-        """Travel on at a quarter of the budget after a travelling step diverged.
-
-        The travel budget allows steps near the edge of stability, and a
-        curvature beyond the measured range (a funnel's neck) can push them
-        over it. The chain starts again from its last draw (the step method
-        does that) and travels at a quarter of the budget, or, once that is
-        no larger than the bias budget, samples with the settings chosen for
-        the bias budget. Returns the messages for PyMC.
-        """
-        budget = chain.travel_budget / 4.0
-        chain.travelling = False
-        chain.settings = self.settings(chain.measurements)
-        _log.info(
-            "%s: a travelling step diverged at a bias budget of %g; the chain went back to "
-            "its last draw.",
-            self.name,
-            chain.travel_budget,
-        )
-        if budget > self.choices.bias_budget:
-            self.travel_if_slow(chain, True, budget)
-        return self._travel_messages(chain)
 
     def recovers_from_divergence(self, chain: ChainState) -> bool:
         """Return whether a tune step that diverged is to be taken back (see :meth:`tune_diverged`).

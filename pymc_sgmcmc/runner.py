@@ -1,0 +1,181 @@
+"""Running a chain's inner steps through the compiled kernels.
+
+A :class:`KernelRunner` turns a chain's settings into the kernel's inputs,
+draws the rows and the noise of the next draws, and calls the fused kernel
+(or, for the first inner steps of a chain, the interpreted loop): one draw
+a call while the chain tunes, the steps of several draws a call after it
+(:mod:`pymc_sgmcmc.ahead`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_sgmcmc.ahead import draw_inputs, draws_per_call
+from pymc_sgmcmc.dynamics import Dynamics
+from pymc_sgmcmc.interrupts import interrupts_held
+from pymc_sgmcmc.kernel import KernelResult
+from pymc_sgmcmc.loop import interpretable
+from pymc_sgmcmc.schedules import ConstantStepSize
+from pymc_sgmcmc.tuning.measure import FULL_DATA
+
+__all__ = ["CENTRED_ESTIMATORS", "KernelRunner"]
+
+#: The estimators that read a control-variate centre.
+CENTRED_ESTIMATORS = ("control_variate", "second_order")
+
+
+class KernelRunner:
+    """Call a step method's compiled kernels for its chains.
+
+    Parameters
+    ----------
+    compiled : CompiledModel
+        The model's compiled functions (:mod:`pymc_sgmcmc.compiled_model`).
+    dynamics : Dynamics
+        The sampler's dynamics.
+    tuning : TuningConfig
+        The adaptation's constants (the interpreted steps, the draws per call).
+    clip_gradient : float
+        Norm the gradient estimate is clipped to; ``inf`` for none.
+    moves_between_draws : bool
+        Whether something outside the kernel moves the chain between draws
+        (another step method, a control-variate centre that moves), which
+        keeps every call to one draw.
+    """
+
+    def __init__(self, compiled, dynamics: Dynamics, tuning, clip_gradient, moves_between_draws):
+        self.compiled = compiled
+        self.dynamics = dynamics
+        self.tuning = tuning
+        self.clip_gradient = clip_gradient
+        self.moves_between_draws = moves_between_draws
+        #: Whether the dynamics has an interpreted loop, which starts a chain
+        #: without waiting for the fused kernel's compilation.
+        self.interprets = interpretable(dynamics)
+
+    def prepare_inputs(self, chain) -> None:
+        """Build the kernel's inputs from ``chain``'s settings, dropping draws run ahead."""
+        chain.ahead.clear()
+        settings = chain.settings
+        named = {
+            **settings.inputs,
+            **settings.metric.inputs(),
+            "gradient_clip": self.clip_gradient,
+        }
+        if settings.estimator in CENTRED_ESTIMATORS:
+            named.update(chain.centre.inputs())
+        chain.interpreted = self.interprets and chain.steps_taken < self.tuning.interpreted_steps
+        chain.kernel_inputs = self.kernel(chain).prepare(named, chain.state["position"].size)
+
+    def kernel(self, chain):
+        """Return the kernel ``chain``'s next draw runs: interpreted or fused."""
+        settings = chain.settings
+        # The full data's gradient is the minibatch gradient on batches of all rows.
+        estimator = "minibatch" if settings.estimator == FULL_DATA else settings.estimator
+        if chain.interpreted:
+            return self.compiled.interpreted_kernel(self.dynamics, estimator, settings.metric.kind)
+        return self.compiled.kernel(self.dynamics, estimator, settings.metric.kind)
+
+    def run(self, chain, position, n_steps: int, step_values, rng, tune: bool) -> KernelResult:
+        """Return what the kernel gives for ``chain``'s next draw, from ``position``.
+
+        A draw the last call ran ahead is handed out where the chain still
+        stands where its last draw ended; otherwise the kernel runs the inner
+        steps of this draw, or after tuning those of several, keeping the
+        later ones for the next draws.
+        """
+        if chain.ahead:
+            if chain.last_draw[1].tobytes() == position.tobytes():
+                return chain.ahead.pop()
+            chain.ahead.clear()
+        settings = chain.settings
+        draws = self.draws_per_call(chain, n_steps, tune)
+        noise_shape = (self.dynamics.noise_vectors, position.size)
+        batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
+        if draws == 1:
+            indices = batches.draw(rng, n_steps)
+            noise = rng.standard_normal((n_steps, *noise_shape))
+        else:
+            indices, noise = draw_inputs(batches, rng, draws, n_steps, noise_shape)
+        state = {**chain.state, "position": self.coordinates(chain, settings.metric, position)}
+        self.compiled.pages.read(indices)
+        kernel = self.kernel(chain)
+        if draws == 1:
+            with interrupts_held:
+                return kernel(state, indices, noise, step_values, chain.kernel_inputs)
+        block = self._step_block(chain, draws, n_steps, step_values)
+        with interrupts_held:
+            results = kernel.draws(state, indices, noise, block, chain.kernel_inputs)
+        results.reverse()
+        chain.ahead = results
+        return results.pop()
+
+    def draws_per_call(self, chain, n_steps: int, tune: bool) -> int:
+        """Return how many draws the next kernel call runs: one unless the draws repeat.
+
+        Several only after tuning, in the fused kernel, with the same per-step
+        inputs at every draw (kept by :meth:`step_values`) and nothing else
+        that moves between draws. Steps on all rows take one draw a call:
+        their work dwarfs a call's fixed cost, and the row indices of many
+        draws would fill memory.
+        """
+        if (
+            tune
+            or chain.interpreted
+            or chain.settings.estimator == FULL_DATA
+            or chain.step_values is None
+            or self.moves_between_draws
+            or type(self.dynamics).draw_steps is not Dynamics.draw_steps
+        ):
+            return 1
+        tuning = self.tuning
+        return draws_per_call(tuning.steps_per_call, tuning.max_draws_per_call, n_steps)
+
+    def step_values(self, chain, n_steps: int) -> dict:
+        """Return the per-step inputs of ``chain``'s next ``n_steps`` steps.
+
+        With a constant step size and the dynamics' default per-step inputs
+        (the step sizes alone) they are the same at every draw of the same
+        length, and are reused rather than built again.
+        """
+        settings = chain.settings
+        kept = chain.step_values
+        if kept is not None and kept[0] is settings and kept[1] == n_steps:
+            return kept[2]
+        values = self.dynamics.step_values(
+            settings.step_size, chain.steps_taken + np.arange(n_steps)
+        )
+        constant = isinstance(settings.step_size, ConstantStepSize)
+        default = type(self.dynamics).step_values is Dynamics.step_values
+        chain.step_values = (settings, n_steps, values) if constant and default else None
+        return values
+
+    @staticmethod
+    def coordinates(chain, metric, position: np.ndarray) -> np.ndarray:
+        """Return ``position`` in ``metric``'s coordinates.
+
+        A draw that starts where the chain's last draw ended (PyMC hands the
+        position back unchanged unless another step method moved it) takes
+        the coordinates the kernel returned, without mapping back. The
+        positions are compared byte for byte, cheaper than comparing the
+        values for the lengths a metric is dense for.
+        """
+        last = chain.last_draw
+        if last is not None and last[0] is metric and last[1].tobytes() == position.tobytes():
+            return last[2]
+        return metric.to_coordinates(position)
+
+    @staticmethod
+    def _step_block(chain, draws: int, n_steps: int, step_values) -> dict:
+        """Return ``step_values`` repeated for ``draws`` draws, built once per settings."""
+        settings = chain.settings
+        kept = chain.step_block
+        if kept is not None and kept[0] is settings and kept[1:3] == (draws, n_steps):
+            return kept[3]
+        block = {
+            name: np.ascontiguousarray(np.broadcast_to(value, (draws, n_steps)))
+            for name, value in step_values.items()
+        }
+        chain.step_block = (settings, draws, n_steps, block)
+        return block

@@ -1,0 +1,101 @@
+"""What one chain carries from draw to draw."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pymc_sgmcmc.batches import AllRows, IndexStream
+from pymc_sgmcmc.estimators import Centre
+from pymc_sgmcmc.tuning.measure import Measurements
+from pymc_sgmcmc.tuning.tuner import ChainSettings
+
+__all__ = ["ChainState"]
+
+
+@dataclass
+class ChainState:
+    """Everything one chain carries from draw to draw.
+
+    Attributes
+    ----------
+    batches : IndexStream
+        The chain's stream of minibatch rows (with its current epoch).
+    settings : ChainSettings or None
+        What the chain samples with; ``None`` until it has adapted.
+    state : dict of str to ndarray or None
+        The sampler's state besides what PyMC holds (e.g. the momentum).
+    centre : Centre or None
+        The control-variate centre.
+    interpreted : bool
+        Whether the chain's draws run in the interpreted loop, not yet in the
+        fused kernel.
+    kernel_inputs : list or dict of ndarray, or None
+        The kernel's chain inputs, checked once.
+    steps_taken, steps_since_refresh : int
+        Inner steps so far, and since the control variate was last re-centred.
+    diverged : bool
+        Whether the state or its gradient became non-finite.
+    readapt : bool
+        Whether the chain measures again before its next draw.
+    warnings : list of SamplerWarning
+        Warnings not yet handed to PyMC (one per draw).
+    measurements : Measurements or None
+        What the chain measured, refined by its tune windows.
+    window : list of ndarray
+        The tune draws of the current window.
+    windows_closed : int
+        Tune windows closed so far (counted again after travelling).
+    tune_draws : int
+        Tune draws since the chain first adapted, or since it last travelled.
+    travelling : bool
+        Whether the chain runs its current tune window at the travel budget
+        (it relaxed too slowly where it was measured) and is to be measured
+        again at that window's draws.
+    travel_budget : float
+        The bias budget the chain travels at: the adapter's, lowered each
+        time a travelling step diverged.
+    step_values : tuple or None
+        The settings, the number of steps and the per-step inputs of the
+        chain's last draw, kept while they cannot change from draw to draw
+        (a constant step size).
+    last_draw : tuple or None
+        The metric, the position (model coordinates) and the coordinates of
+        the draw the chain last returned, so that a draw that starts where
+        the last one ended skips the map into the metric's coordinates.
+    ahead : list of KernelResult
+        Draws the kernel has run before PyMC asked for them, the next one
+        last (:mod:`pymc_sgmcmc.ahead`).
+    step_block : tuple or None
+        The settings, the numbers of draws and steps and the per-step inputs
+        of the chain's last call of several draws, kept as ``step_values``.
+    all_rows : AllRows or None
+        Batches of all N rows, for settings whose estimator is the full
+        data's gradient; ``None`` where it is not weighed.
+    full_data_checked : bool
+        Whether a tune window has closed on draws taken with the full data's
+        gradient, checking its settings where the chain went.
+    """
+
+    batches: IndexStream
+    settings: ChainSettings | None = None
+    state: dict | None = None
+    centre: Centre | None = None
+    interpreted: bool = False
+    kernel_inputs: list | dict | None = None
+    steps_taken: int = 0
+    steps_since_refresh: int = 0
+    diverged: bool = False
+    readapt: bool = False
+    warnings: list = field(default_factory=list)
+    measurements: Measurements | None = None
+    window: list = field(default_factory=list)
+    windows_closed: int = 0
+    tune_draws: int = 0
+    travelling: bool = False
+    travel_budget: float = 0.0
+    step_values: tuple | None = None
+    last_draw: tuple | None = None
+    ahead: list = field(default_factory=list)
+    step_block: tuple | None = None
+    all_rows: AllRows | None = None
+    full_data_checked: bool = False

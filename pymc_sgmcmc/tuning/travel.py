@@ -1,0 +1,148 @@
+"""Travel: a chain slow where it was measured takes larger steps until it reaches the mass.
+
+At a mode far from the posterior's mass (the joint mode of a hierarchical
+model written non-centred, the neck of a funnel) the gradient noise can be
+thousands of times the curvature, and the bias budget then allows steps so
+small that the chain would not leave the mode during tune. Such a chain runs
+its tune windows at a larger bias budget (its tune draws are discarded) and
+is measured again where it went. :class:`Travel` holds these rules for
+:class:`~pymc_sgmcmc.tuning.chain.ChainAdapter`, which inherits them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+
+from pymc_sgmcmc.tuning.measure import FULL_DATA, measure_at_draws
+from pymc_sgmcmc.tuning.state import ChainState
+
+__all__ = ["Travel"]
+
+#: PyMC's logger, which PyMC shows at INFO level while it samples.
+_log = logging.getLogger("pymc")
+
+
+class Travel:
+    """The travel rules of a chain adapter.
+
+    They read the adapter's ``name``, ``choices``, ``tuning``, ``probe`` and
+    ``windows`` and call its ``settings``, ``minibatch_settings`` and
+    ``weigh_second_order``.
+    """
+
+    def travel_if_slow(self, chain: ChainState, tune: bool, budget: float | None = None) -> None:
+        """Run the next tune window at the travel budget if the chain is slow where measured.
+
+        At a mode far from the posterior's mass (the joint mode of a
+        hierarchical model written non-centred, the neck of a funnel) the
+        gradient noise can be thousands of times the curvature, and the bias
+        budget then allows steps so small that the chain would not leave the
+        mode during tune. Its tune draws are discarded, so the first window
+        takes larger steps instead, and the chain is measured again at that
+        window's draws (:meth:`finish_travel`). A chain whose posterior has
+        no mode (measured at its start) travels too. ``budget`` is the bias
+        budget to travel at (:meth:`travel_budget` by default).
+        """
+        if not (tune and self.windows and self.choices.step_size is None):
+            return
+        # The minibatches' noise against the curvature tells a mode far from
+        # the mass, which the full data's gradient, free of noise, would hide.
+        current = chain.settings
+        if current.estimator == FULL_DATA:
+            current = self.minibatch_settings(chain)
+        slow = current.relaxation > self.tuning.slow_relaxation
+        if not (slow or chain.measurements.at_start):
+            return
+        budget = self.travel_budget() if budget is None else budget
+        # The second-order control variate extrapolates the curvature at the
+        # centre; a travelling chain leaves the region where that holds.
+        estimators = tuple(name for name in self.choices.estimators if name != "second_order")
+        # Minibatches travel: their noise keeps the large steps of the travel
+        # budget from running away where the curvature grows beyond the measured.
+        travel_choices = replace(
+            self.choices,
+            bias_budget=budget,
+            estimators=estimators,
+            weighs_second_order=False,
+            full_data_work=np.inf,
+        )
+        travel = self.settings(chain.measurements, travel_choices)
+        if travel.relaxation < current.relaxation:
+            chain.settings = travel
+            chain.travelling = True
+            chain.travel_budget = budget
+
+    def travel_budget(self) -> float:
+        """Return the bias budget a travelling window runs at (never below the user's)."""
+        return max(self.tuning.travel_budget, self.choices.bias_budget)
+
+    def finish_travel(self, chain: ChainState, draws: np.ndarray, rng, tune: bool) -> list:
+        """Measure again around the travel window's draws; return the messages for PyMC."""
+        chain.travelling = False
+        chain.window = []
+        previous = chain.measurements
+        if len(draws) >= self.tuning.windows[0] // 10:
+            chain.measurements = measure_at_draws(
+                previous, self.probe, draws, rng, self.choices.estimators, self.tuning
+            )
+        chain.settings = self.settings(chain.measurements)
+        self.weigh_second_order(chain, rng)
+        chain.centre = chain.measurements.centre
+        chain.steps_since_refresh = 0
+        _log.info(
+            "%s: the chain %s; it travelled %d tune draws at a bias budget of %g and was "
+            "measured again where it went.",
+            self.name,
+            "was measured at its start"
+            if previous.at_start
+            else "relaxed slowly where it was measured",
+            len(draws),
+            chain.travel_budget,
+        )
+        # Still moving (the draws' mean several of their sds from where the
+        # chain was last measured) and still slow: travel on through the next window.
+        spread = np.std(draws, axis=0)
+        shift = np.abs(draws.mean(axis=0) - previous.mode)
+        moved = np.max(shift / np.where(spread > 0, spread, np.inf))
+        if moved > self.tuning.travel_shift:
+            self.travel_if_slow(chain, tune, chain.travel_budget)
+        return self._travel_messages(chain)
+
+    def _travel_messages(self, chain: ChainState) -> list:
+        """Return the messages for PyMC once a travel window has closed.
+
+        A chain that stopped travelling starts its tune windows again, to
+        check the settings chosen where it arrived.
+        """
+        if chain.travelling:
+            return []
+        chain.window = []
+        chain.windows_closed = 0
+        chain.tune_draws = 0
+        return chain.settings.warnings
+
+    def travel_diverged(self, chain: ChainState) -> list:
+        """Travel on at a quarter of the budget after a travelling step diverged.
+
+        The travel budget allows steps near the edge of stability, and a
+        curvature beyond the measured range (a funnel's neck) can push them
+        over it. The chain starts again from its last draw (the step method
+        does that) and travels at a quarter of the budget, or, once that is
+        no larger than the bias budget, samples with the settings chosen for
+        the bias budget. Returns the messages for PyMC.
+        """
+        budget = chain.travel_budget / 4.0
+        chain.travelling = False
+        chain.settings = self.settings(chain.measurements)
+        _log.info(
+            "%s: a travelling step diverged at a bias budget of %g; the chain went back to "
+            "its last draw.",
+            self.name,
+            chain.travel_budget,
+        )
+        if budget > self.choices.bias_budget:
+            self.travel_if_slow(chain, True, budget)
+        return self._travel_messages(chain)
