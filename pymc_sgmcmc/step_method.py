@@ -276,7 +276,7 @@ class StochasticGradientStep(ArrayStepShared):
         vars = sampled_variables(model, vars, type(self).__name__)
         temperature = check_temperature(temperature)
         bias_budget = check_bias_budget(bias_budget)
-        self.clip_gradient = check_clip_gradient(clip_gradient)
+        clip_gradient = check_clip_gradient(clip_gradient)
         control_variate = check_control_variate(control_variate)
         probe_kwargs = {"mode": PROBE_MODE, **(compile_kwargs or {})}
         if is_jax(probe_kwargs):
@@ -363,7 +363,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.compiled,
             self.dynamics,
             self.tuning,
-            self.clip_gradient,
+            clip_gradient,
             bool(self.density.other_blocks) or self.control_variate_refresh is not None,
         )
         if self.measures or self.runner.interprets:
