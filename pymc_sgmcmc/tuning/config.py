@@ -53,6 +53,12 @@ class TuningConfig:
         mode: the log density rises without bound there (the neck of a
         centred hierarchical model's funnel) and the chain adapts from its
         start and its tune draws instead.
+    softest_directions : int
+        Eigenvectors of the Hessian at the search's end, softest first, along
+        which the log density one local sd away is checked on both sides.
+    quadratic_fall : tuple of float
+        Bounds on how far the log density may fall there (a quadratic's falls
+        1/2) for the end to count as a mode.
     chunk_rows : int
         Rows per chunk of a full pass over the data (bounds memory).
     interpreted_steps : int
@@ -157,6 +163,8 @@ class TuningConfig:
     newton_steps: int = 20
     newton_tolerance: float = 1e-4
     mode_distance: float = 1.0
+    softest_directions: int = 2
+    quadratic_fall: tuple = (1 / 16, 16.0)
     chunk_rows: int = 50_000
     interpreted_steps: int = 30_000
     steps_per_call: int = 1000
