@@ -580,7 +580,8 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
             progressbar=False,
             compute_convergence_checks=False,
         )
-    assert caplog.text.count("the tune draws show a skewed posterior") == 2
+    # Each window whose draws show a larger sensitivity says so: at least once per chain.
+    assert caplog.text.count("the tune draws show a skewed posterior") >= 2
     inflation = np.asarray(result.sample_stats["predicted_inflation"])[:, -1]
     assert np.all(inflation < 0.05 / 1.5)
     chain = step.chain
@@ -747,13 +748,23 @@ def test_measuring_again_keeps_the_curvature_a_diverging_tune_step_showed(large_
     assert step.chain.settings.step_size.value < before
 
 
-def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back():
-    """Exact gradients on the non-centred radon-like model: from this seed the first draw's
-    steps run out to ``mu`` near 8e5, where the state and gradient are finite but the log
-    density is -inf. That draw is taken back like a diverging one: the chain goes back to
-    where the draw started (the adapted start, not PyMC's initial point) with smaller steps."""
+def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back(monkeypatch):
+    """Exact gradients on the non-centred radon-like model, the first draw made to end as a
+    draw whose steps run out to ``mu`` near 8e5 does: state and gradient finite, the log
+    density -inf. That draw is taken back like a diverging one: the chain goes back to where
+    the draw started (the adapted start, not PyMC's initial point) with smaller steps."""
     panel = radon_like(n_rows=919, n_groups=85, centred=False)
     step = SGHMC(batch_size=919, model=panel.model)
+    run_kernel, calls = step.runner.run, []
+
+    def first_runs_out(*arguments):
+        result = run_kernel(*arguments)
+        calls.append(result)
+        if len(calls) > 1:
+            return result
+        return replace(result, position=np.full_like(result.position, 8e5), log_density=-np.inf)
+
+    monkeypatch.setattr(step.runner, "run", first_runs_out)
     result = run(step, panel.model, draws=1, tune=3, seed=0, discard_tuned_samples=False)
     first = result.warmup_sample_stats["log_density"].values[0, 0]
     assert np.isnan(first)  # the draw that was taken back

@@ -296,7 +296,8 @@ def test_draws_run_ahead_are_those_of_a_kernel_call_per_draw(
             )
     diverging = np.asarray(ahead.sample_stats["diverging"])
     if "step_size" in options:
-        assert diverging.any() and not diverging[0, :3].any()
+        # It diverges in a call that ran draws ahead, after a draw that did not.
+        assert diverging.any() and not diverging[0, 0]
     else:
         assert not diverging.any()
 

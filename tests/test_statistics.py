@@ -473,11 +473,12 @@ def test_defaults_travel_from_a_non_centred_joint_mode():
     the chains at the mode: with ``travel_budget=0.05`` (no travel) this run
     misses by 0.9 sd on ``mu`` and 40% on the sd of ``tau``. Once there, the
     tune windows find that the variance inflation moves ``tau``'s mean by
-    several of its sds per unit and take smaller steps, hence 6,000 draws.
+    several of its sds per unit and take smaller steps, hence 8,000 draws: at 6,000
+    the smallest ESS can fall just short of the ~900 that judging the bar needs.
     """
     reference = nuts_reference(radon_like(n_rows=1000, n_groups=20, centred=True))
     model = radon_like(n_rows=1000, n_groups=20, centred=False).model
-    result = sample(model, lambda: SGLD(batch_size=BATCH_SIZE), 6000, 7, tune=1000)
+    result = sample(model, lambda: SGLD(batch_size=BATCH_SIZE), 8000, 7, tune=1000)
     means = {name: reference.means[name] for name in SHARED}
     sds = {name: reference.sds[name] for name in SHARED}
     mean_se = {name: reference.mean_se[name] for name in SHARED}
