@@ -510,6 +510,34 @@ class StochasticGradientStep(ArrayStepShared):
 
     # Sampling ---------------------------------------------------------------------
 
+    def step(self, point: dict) -> tuple[dict, list[dict]]:
+        """Take one draw from ``point`` and return the new point and its statistics.
+
+        As :meth:`pymc.step_methods.arraystep.ArrayStepShared.step`, with two
+        shortcuts: a point whose sampled variables are the very arrays the
+        chain's last draw returned (PyMC hands them back unless another step
+        method replaced them) reuses that draw's raveled position instead of
+        concatenating them again, and the new point's arrays are views into
+        the draw's position where their dtype is its dtype, not copies.
+        """
+        for name, shared_variable in self.shared.items():
+            shared_variable.set_value(point[name], borrow=True)
+        last = self.chain.last_point
+        if last is not None and all(point[name] is last[0][name] for name in self.var_names):
+            q0 = last[1]
+        else:
+            q0 = DictToArrayBijection.map({name: point[name] for name in self.var_names})
+        draw, stats = self.astep(q0)
+        data = draw.data
+        new_point = dict(point)
+        start = 0
+        for name, shape, size, dtype in draw.point_map_info:
+            values = data[start : start + size].reshape(shape)
+            new_point[name] = values if values.dtype == dtype else values.astype(dtype)
+            start += size
+        self.chain.last_point = (new_point, draw)
+        return new_point, stats
+
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
         """Run the chain's inner steps for one draw from ``q0`` and return the last state.
 

@@ -13,6 +13,7 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytest
+from pymc.blocking import DictToArrayBijection
 
 import pymc_sgmcmc
 from pymc_sgmcmc import SGHMC, SGLD, PolynomialDecay
@@ -300,6 +301,38 @@ def test_draws_run_ahead_are_those_of_a_kernel_call_per_draw(
         assert diverging.any() and not diverging[0, 0]
     else:
         assert not diverging.any()
+
+
+def test_a_draw_from_a_point_another_step_method_changed_starts_there(model):
+    """A point whose arrays are those the last draw returned reuses that draw's raveled
+    position; one whose arrays another step method replaced is raveled again. The new
+    point holds the draw's values as PyMC's map back would (same dtypes, other variables
+    kept)."""
+    with model:
+        step = SGHMC(batch_size=50, steps_per_draw=5)
+    step.set_rng(np.random.default_rng(0))
+    starts, astep = [], step.astep
+
+    def recorded(q0):
+        starts.append(q0)
+        return astep(q0)
+
+    step.astep = recorded
+    point = model.initial_point()
+    first, _ = step.step(point)
+    returned = step.chain.last_point[1]
+    second, _ = step.step(first)
+    assert starts[1] is returned
+    moved = {**second, "beta": second["beta"] + 3.0}
+    step.step(moved)
+    for given, start in zip([point, first, moved], starts, strict=True):
+        expected = DictToArrayBijection.map({name: given[name] for name in step.var_names})
+        np.testing.assert_array_equal(start.data, expected.data)
+    mapped_back = DictToArrayBijection.rmap(step.chain.last_point[1], start_point=moved)
+    assert step.chain.last_point[0].keys() == mapped_back.keys()
+    for name, value in mapped_back.items():
+        assert step.chain.last_point[0][name].dtype == value.dtype
+        np.testing.assert_array_equal(step.chain.last_point[0][name], value)
 
 
 @pytest.mark.parametrize("step_class", list(SAMPLERS.values()), ids=list(SAMPLERS))

@@ -3,7 +3,7 @@
 ``python -m pymc_sgmcmc.benchmark.overhead`` samples the benchmark's logistic
 regression (D = 10, B = 100) with each named sampler and its defaults, and
 times every recorded draw three ways: the whole iteration of ``pm.sample``,
-the step method's ``astep``, and the kernel call inside it. Two runs of
+the step method's ``step``, and the kernel call inside it. Two runs of
 different lengths from the same step are differenced, so the chain's
 adaptation at its first draw and every other fixed cost cancel. The time
 outside the kernel splits into the step method's own work (minibatch
@@ -70,15 +70,15 @@ def sample_draws(step, model, draws: int, seed: int):
 
 
 def _timed_run(step, model, draws, seed, kernels):
-    """Return the seconds of ``pm.sample``, of ``astep`` and of the kernels, and the steps."""
-    astep = step.astep = _Timed(type(step).astep.__get__(step))
+    """Return the seconds of ``pm.sample``, of ``step`` and of the kernels, and the steps."""
+    timed_step = step.step = _Timed(type(step).step.__get__(step))
     seconds = [kernel.seconds for kernel in kernels]
     start = time.perf_counter()
     idata = sample_draws(step, model, draws, seed)
     total = time.perf_counter() - start
     kernel = sum(k.seconds - s for k, s in zip(kernels, seconds, strict=True))
     steps = int(idata.sample_stats["steps_per_draw"].values.sum())
-    return total, astep.seconds, kernel, steps
+    return total, timed_step.seconds, kernel, steps
 
 
 def _timed_kernels(step, interpreted: bool) -> list:
@@ -124,7 +124,7 @@ def measure_overhead(
     Returns
     -------
     dict of str to dict
-        For each sampler: ``total``, ``kernel``, ``step_method`` (``astep``
+        For each sampler: ``total``, ``kernel``, ``step_method`` (``step``
         outside the kernel) and ``pymc`` (the rest of ``pm.sample``'s loop),
         in microseconds per draw, and ``inner_steps`` per draw.
     """
@@ -143,12 +143,12 @@ def measure_overhead(
         kernels = _timed_kernels(step, interpreted)
         short, long = (_timed_run(step, model, n, seed + 1, kernels) for n in draws)
         per_draw = [(b - a) / (draws[1] - draws[0]) * 1e6 for a, b in zip(short, long, strict=True)]
-        total, astep, kernel, steps = per_draw
+        total, in_step, kernel, steps = per_draw
         results[name] = {
             "total": total,
             "kernel": kernel,
-            "step_method": astep - kernel,
-            "pymc": total - astep,
+            "step_method": in_step - kernel,
+            "pymc": total - in_step,
             "inner_steps": steps / 1e6,
         }
     return results

@@ -62,6 +62,10 @@ class ChainState:
         The metric, the position (model coordinates) and the coordinates of
         the draw the chain last returned, so that a draw that starts where
         the last one ended skips the map into the metric's coordinates.
+    last_point : tuple or None
+        The point the chain's last draw handed PyMC (a dict of arrays) and
+        its raveled position, so that a draw from that point skips PyMC's
+        map of it into one array.
     ahead : list of KernelResult
         Draws the kernel has run before PyMC asked for them, the next one
         last (:mod:`pymc_sgmcmc.ahead`).
@@ -95,6 +99,7 @@ class ChainState:
     travel_budget: float = 0.0
     step_values: tuple | None = None
     last_draw: tuple | None = None
+    last_point: tuple | None = None
     ahead: list = field(default_factory=list)
     step_block: tuple | None = None
     all_rows: AllRows | None = None
