@@ -2,13 +2,47 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-__all__ = ["COMPACT_ROWS", "AllRows", "IndexStream"]
+__all__ = ["COMPACT_ROWS", "AllRows", "IndexStream", "shuffled_rows"]
 
 #: From this many rows on, an epoch's permutation is held as 32-bit integers
 #: (half the memory: 400 MB instead of 800 MB at N = 10^8).
 COMPACT_ROWS = 2**24
+
+#: Uniform draws per piece of a shuffle, so that its memory stays small at any N.
+_SHUFFLE_PIECE = 2**16
+
+
+@numba.njit(cache=True, nogil=True)
+def _swap_forward(rows, uniforms, start):  # pragma: no cover - compiled
+    """Fisher-Yates swaps of positions ``start, start + 1, ...``, one uniform draw each."""
+    size = rows.size
+    for offset in range(uniforms.size):
+        position = start + offset
+        other = position + int(uniforms[offset] * (size - position))
+        other = min(other, size - 1)
+        value = rows[position]
+        rows[position] = rows[other]
+        rows[other] = value
+
+
+def shuffled_rows(rng: np.random.Generator, n_rows: int, dtype=np.int64) -> np.ndarray:
+    """Return a uniform random permutation of ``range(n_rows)``.
+
+    A Fisher-Yates shuffle whose swap at position ``i`` goes to
+    ``i + floor(u_i (N - i))`` for the generator's uniform draws ``u_i``
+    (``rng.random``, N - 1 of them, drawn in pieces of a fixed size, the same
+    numbers as one call). About twice as fast as ``rng.permutation``, whose
+    bounded integers cost more than uniform doubles; the rounding of
+    ``u (N - i)`` favours no row by more than ``N / 2**53``.
+    """
+    rows = np.arange(n_rows, dtype=dtype)
+    for start in range(0, n_rows - 1, _SHUFFLE_PIECE):
+        uniforms = rng.random(min(_SHUFFLE_PIECE, n_rows - 1 - start))
+        _swap_forward(rows, uniforms, start)
+    return rows
 
 
 class IndexStream:
@@ -81,12 +115,9 @@ class IndexStream:
         return batch.astype(np.int64, copy=False).reshape(n_batches, self.batch_size)
 
     def _permutation(self, rng: np.random.Generator) -> np.ndarray:
-        """Return a new epoch: the permutation ``rng.permutation(N)`` would give."""
-        if self.n_rows < COMPACT_ROWS:
-            return rng.permutation(self.n_rows)
-        epoch = np.arange(self.n_rows, dtype=np.int32)
-        rng.shuffle(epoch)
-        return epoch
+        """Return a new epoch: :func:`shuffled_rows` of the N rows."""
+        dtype = np.int64 if self.n_rows < COMPACT_ROWS else np.int32
+        return shuffled_rows(rng, self.n_rows, dtype)
 
 
 class AllRows:

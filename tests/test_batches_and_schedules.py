@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from pymc_sgmcmc import ConstantStepSize, PolynomialDecay, batches
-from pymc_sgmcmc.batches import AllRows, IndexStream
+from pymc_sgmcmc.batches import AllRows, IndexStream, shuffled_rows
 from pymc_sgmcmc.schedules import as_schedule
 
 
@@ -41,13 +42,31 @@ def _stream_of(n_rows, batch_size, seed, counts):
 
 
 def test_the_stream_is_a_sequence_of_the_generators_permutations():
-    """Batches of any sizes read ``rng.permutation(N)`` after ``rng.permutation(N)``."""
+    """Batches of any sizes read one shuffle of the N rows after another."""
     counts = [1, 3, 2, 7, 1, 5]
     drawn = _stream_of(11, 3, 2, counts)
     rng = np.random.default_rng(2)
-    epochs = np.concatenate([rng.permutation(11) for _ in range(len(drawn) // 11 + 1)])
+    epochs = np.concatenate([shuffled_rows(rng, 11) for _ in range(len(drawn) // 11 + 1)])
     np.testing.assert_array_equal(drawn, epochs[: len(drawn)])
     assert drawn.dtype == np.int64
+
+
+def test_every_order_of_the_rows_is_equally_likely():
+    """All 24 orders of 4 rows come up equally often (chi-square, 23 degrees of freedom)."""
+    rng = np.random.default_rng(5)
+    draws = 24_000
+    orders = np.array([shuffled_rows(rng, 4) for _ in range(draws)])
+    assert np.all(np.sort(orders, axis=1) == np.arange(4))
+    _, counts = np.unique(orders, axis=0, return_counts=True)
+    expected = draws / 24
+    statistic = np.sum((counts - expected) ** 2 / expected) + (24 - len(counts)) * expected
+    assert statistic < chi2.isf(1e-4, 23)
+
+
+def test_a_shuffle_in_pieces_is_the_shuffle_in_one(monkeypatch):
+    whole = shuffled_rows(np.random.default_rng(3), 50)
+    monkeypatch.setattr(batches, "_SHUFFLE_PIECE", 7)
+    np.testing.assert_array_equal(shuffled_rows(np.random.default_rng(3), 50), whole)
 
 
 def test_compact_epochs_of_many_rows_give_the_same_batches(monkeypatch):
