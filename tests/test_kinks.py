@@ -17,6 +17,7 @@ from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
 from pymc_sgmcmc.tuning.kinks import likelihood_information, with_information
+from pymc_sgmcmc.tuning.measure import laplace
 from pymc_sgmcmc.tuning.mode import hessian_sds
 
 PRIOR_SD = 5.0
@@ -49,11 +50,17 @@ def test_laplace_picture_of_a_median_regression_has_the_posterior_sds(data_sets,
 
 
 def test_differencing_alone_misses_the_curvature_of_a_median_regression(data_sets):
-    # Negative control for the test above: without the check, differences
-    # over 1e-3 sd give sds off by more than a factor 2 on some data sets.
+    # Negative control for the test above: central differences over 1e-3 of the posterior
+    # sds, at the posterior mean, give sds off by more than a factor 2 on some data sets
+    # (the steps straddle few of the likelihood's kinks, so the prior's curvature is most of
+    # what they see). Through the mode search this depends on where the search ends and on
+    # the scales it took its steps at, so the control takes the differences directly.
     worst = []
     for known in data_sets.values():
-        ratio = laplace_sds(known.model, UNCHECKED) / known.sds["coefficients"]
+        probe = Probe(build_minibatch_log_density(known.model, known.model.value_vars))
+        sds = known.sds["coefficients"]
+        hessian = probe.hessian(known.means["coefficients"], np.arange(probe.n_rows), 1e-3 * sds)
+        ratio = np.sqrt(laplace(hessian)[1]) / sds
         worst.append(np.max(np.abs(np.log(ratio))))
     print(np.round(np.exp(worst), 3))
     assert max(worst) > np.log(2.0)
