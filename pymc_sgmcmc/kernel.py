@@ -439,14 +439,22 @@ class Kernel:
         arguments.extend(values)
         *states, positions, log_densities, norms, steps_taken, clipped = self._call(*arguments)
         names = self.state_names
+        # Python numbers of all draws at once: one conversion per array, not per draw.
+        scalars = zip(
+            log_densities.tolist(),
+            norms.tolist(),
+            steps_taken.tolist(),
+            clipped.tolist(),
+            strict=True,
+        )
         return [
             KernelResult(
                 {name: value[draw] for name, value in zip(names, states, strict=True)},
                 positions[draw],
-                float(log_densities[draw]),
-                float(norms[draw]),
-                int(steps_taken[draw]),
-                int(clipped[draw]),
+                log_density,
+                norm,
+                int(taken),
+                int(clip),
             )
-            for draw in range(len(positions))
+            for draw, (log_density, norm, taken, clip) in enumerate(scalars)
         ]

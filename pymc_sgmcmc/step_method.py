@@ -454,7 +454,10 @@ class StochasticGradientStep(ArrayStepShared):
         if np.isfinite(self.choices.full_data_work):
             all_rows = AllRows(batches.n_rows)
         return ChainState(
-            IndexStream(batches.n_rows, batches.batch_size, batches.replace), all_rows=all_rows
+            IndexStream(batches.n_rows, batches.batch_size, batches.replace),
+            # Seeded from the chain's generator: the same seed, the same rows.
+            row_generator=np.random.default_rng(self.rng.integers(2**63, size=2)),
+            all_rows=all_rows,
         )
 
     def _check_data(self) -> None:
@@ -555,6 +558,17 @@ class StochasticGradientStep(ArrayStepShared):
     def _draw(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
         chain = self.chain
         position = q0.data
+        if chain.ahead and position is chain.last_draw[1]:
+            # After tuning, from where the last draw ended: the next draw the
+            # kernel ran ahead, unless it stopped or vanished.
+            _, n_steps, step_values = chain.step_values
+            result = chain.ahead[-1]
+            if result.steps_taken == n_steps and math.isfinite(result.log_density):
+                chain.ahead.pop()
+                chain.state = result.state
+                chain.steps_taken += n_steps
+                chain.steps_since_refresh += n_steps
+                return self._record(q0, result, n_steps, step_values["step_size"][-1])
         if chain.settings is None:
             position = self._adapt(position, start=True)
         elif chain.readapt:
@@ -623,8 +637,13 @@ class StochasticGradientStep(ArrayStepShared):
                 stats = self._stats(step_sizes[-1], np.nan, np.nan, n_steps, result.clipped_steps)
                 # Where the draw started: at the first draw, the adapted start, not q0.
                 return RaveledVars(position, q0.point_map_info), [stats]
+        return self._record(q0, result, n_steps, step_sizes[-1])
+
+    def _record(self, q0, result, n_steps: int, step_size) -> tuple[RaveledVars, list[dict]]:
+        """Return ``result``, a draw of ``n_steps`` steps the chain took, with its statistics."""
+        chain = self.chain
         stats = self._stats(
-            step_sizes[-1],
+            step_size,
             result.log_density,
             result.gradient_norm,
             n_steps,
@@ -636,7 +655,7 @@ class StochasticGradientStep(ArrayStepShared):
             messages = self.adapter.record_tune_draw(chain, result.position, self.rng, True)
             if messages is not None:
                 self._start_from(result.position, messages)
-        chain.last_draw = (settings.metric, result.position, result.state["position"])
+        chain.last_draw = (chain.settings.metric, result.position, result.state["position"])
         return RaveledVars(result.position, q0.point_map_info), [stats]
 
     def _diverge(self, step_size: float, what: str = "the state or its gradient") -> None:
