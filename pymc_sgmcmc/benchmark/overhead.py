@@ -2,13 +2,17 @@
 
 ``python -m pymc_sgmcmc.benchmark.overhead`` samples the benchmark's logistic
 regression (D = 10, B = 100) with each named sampler and its defaults, and
-times every recorded draw three ways: the whole iteration of ``pm.sample``,
-the step method's ``step``, and the kernel call inside it. Two runs of
-different lengths from the same step are differenced, so the chain's
-adaptation at its first draw and every other fixed cost cancel. The time
-outside the kernel splits into the step method's own work (minibatch
-indices, random numbers, the metric's map, statistics) and PyMC's
-(recording the draw, its sampling loop).
+times every recorded draw three ways: the whole iteration of ``pm.sample``
+(from one draw's ``callback`` to the next), the step method's ``step``, and
+the kernel calls inside it. The time outside the kernel splits into the step
+method's own work (minibatch rows, random numbers, the metric's map,
+statistics) and PyMC's (recording the draw, its sampling loop).
+
+A run after the one that adapts and compiles is cut into blocks of
+consecutive draws, long enough to hold many kernel calls each (after tuning
+one call runs the inner steps of several draws); the figures are those of
+the block with the median total time. Other work on the machine only adds
+time, to some blocks, and a block's parts add up to its total.
 
 Each sampler is timed twice: with the fused kernel from the first draw
 (the kernel is then the compiled call alone), and with the interpreted loop
@@ -19,6 +23,7 @@ a chain starts with (the kernel is then the whole loop, see
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import time
 
@@ -33,28 +38,28 @@ __all__ = ["measure_overhead", "sample_draws"]
 
 
 class _Timed:
-    """A callable that adds up the wall time of its calls."""
+    """A callable that adds the wall time of its calls to ``clock``, a one-element list."""
 
-    def __init__(self, function):
+    def __init__(self, function, clock):
         self.function = function
-        self.seconds = 0.0
+        self.clock = clock
 
     def __call__(self, *arguments):
         start = time.perf_counter()
         try:
             return self.function(*arguments)
         finally:
-            self.seconds += time.perf_counter() - start
+            self.clock[0] += time.perf_counter() - start
 
     def __getattr__(self, name):
         return getattr(self.function, name)
 
 
-def sample_draws(step, model, draws: int, seed: int):
+def sample_draws(step, model, draws: int, seed: int, callback=None):
     """Return ``pm.sample`` of ``draws`` draws of one chain with ``step``, without tuning draws.
 
-    The step's adaptation at the first draw still runs; the benchmarks
-    difference two such runs so that it cancels.
+    The step's adaptation at the first draw still runs. ``callback`` is
+    ``pm.sample``'s, called after each recorded draw.
     """
     with model:
         return pm.sample(
@@ -66,46 +71,62 @@ def sample_draws(step, model, draws: int, seed: int):
             random_seed=seed,
             progressbar=False,
             compute_convergence_checks=False,
+            callback=callback,
         )
 
 
-def _timed_run(step, model, draws, seed, kernels):
-    """Return the seconds of ``pm.sample``, of ``step`` and of the kernels, and the steps."""
-    timed_step = step.step = _Timed(type(step).step.__get__(step))
-    seconds = [kernel.seconds for kernel in kernels]
-    start = time.perf_counter()
-    idata = sample_draws(step, model, draws, seed)
-    total = time.perf_counter() - start
-    kernel = sum(k.seconds - s for k, s in zip(kernels, seconds, strict=True))
-    steps = int(idata.sample_stats["steps_per_draw"].values.sum())
-    return total, timed_step.seconds, kernel, steps
+def _timed_blocks(step, model, draws, block, seed, kernel_clock):
+    """Return the seconds of each block of ``block`` draws: total, in ``step``, in the kernels.
+
+    The first block, which holds the chain's adaptation at its first draw, is
+    left out. Also returns the inner steps per draw.
+    """
+    step_clock = [0.0]
+    step.step = _Timed(type(step).step.__get__(step), step_clock)
+    marks = []
+
+    def callback(**_):
+        marks.append((time.perf_counter(), step_clock[0], kernel_clock[0]))
+
+    idata = sample_draws(step, model, draws, seed, callback)
+    del step.step
+    steps = float(idata.sample_stats["steps_per_draw"].values.mean())
+    # The marks that end each block of draws, from the first block's on.
+    ends = marks[block - 1 :: block]
+    blocks = [
+        [after - before for after, before in zip(end, start, strict=True)]
+        for start, end in itertools.pairwise(ends)
+    ]
+    return blocks, steps
 
 
-def _timed_kernels(step, interpreted: bool) -> list:
-    """Wrap the kernels the step has built in timers and return the timers.
+def _timed_kernels(step, interpreted: bool, clock) -> None:
+    """Wrap the kernels the step has built in timers that add to ``clock``.
 
     The fused kernel is timed around its compiled call; the interpreted
     loop as a whole.
     """
     if not interpreted:
-        kernels = list(step.compiled._kernels.values())
-        for kernel in kernels:
-            kernel._call = _Timed(kernel._call)
-        return [kernel._call for kernel in kernels]
+        for kernel in step.compiled._kernels.values():
+            kernel._call = _Timed(kernel._call, clock)
+        return
     choose = step.runner.kernel
     timers = {}
 
     def timed_kernel(chain):
         kernel = choose(chain)
-        return timers.setdefault(id(kernel), _Timed(kernel))
+        return timers.setdefault(id(kernel), _Timed(kernel, clock))
 
     step.runner.kernel = timed_kernel
-    timed_kernel(step.chain)
-    return list(timers.values())
 
 
 def measure_overhead(
-    samplers=("SGLD", "SGHMC"), n_rows=5_000, draws=(200, 5_200), seed=0, interpreted=False
+    samplers=("SGLD", "SGHMC"),
+    n_rows=5_000,
+    draws=11_000,
+    block=1_000,
+    seed=0,
+    interpreted=False,
 ):
     """Return, per sampler, the microseconds per recorded draw in and around the kernel.
 
@@ -115,8 +136,10 @@ def measure_overhead(
         Names in :data:`pymc_sgmcmc.registry.SAMPLERS`.
     n_rows : int
         Rows of the logistic regression.
-    draws : tuple of int
-        The lengths of the two runs that are differenced.
+    draws : int
+        Length of the timed run; its first ``block`` draws are left out.
+    block : int
+        Draws per block; the block with the median total time gives the figures.
     interpreted : bool, default False
         Time the interpreted loop instead of the fused kernel (samplers
         without an interpreted form are left out).
@@ -130,7 +153,7 @@ def measure_overhead(
     """
     model = logistic_regression(n_rows=n_rows, seed=seed).model
     logging.getLogger("pymc").setLevel(logging.ERROR)
-    # Long enough that the timed runs stay in the loop, or fused from the start.
+    # Long enough that the timed run stays in the loop, or fused from the start.
     tuning = TuningConfig(interpreted_steps=10**9 if interpreted else 0)
     results = {}
     for name in samplers:
@@ -139,17 +162,18 @@ def measure_overhead(
         if interpreted and not interpretable(step.dynamics):
             continue
         # Adapt (and compile) once, then wrap the kernels' calls.
-        _timed_run(step, model, 10, seed, [])
-        kernels = _timed_kernels(step, interpreted)
-        short, long = (_timed_run(step, model, n, seed + 1, kernels) for n in draws)
-        per_draw = [(b - a) / (draws[1] - draws[0]) * 1e6 for a, b in zip(short, long, strict=True)]
-        total, in_step, kernel, steps = per_draw
+        sample_draws(step, model, 10, seed)
+        clock = [0.0]
+        _timed_kernels(step, interpreted, clock)
+        blocks, steps = _timed_blocks(step, model, draws, block, seed + 1, clock)
+        total, in_step, kernel = sorted(blocks)[len(blocks) // 2]
+        per_draw = 1e6 / block
         results[name] = {
-            "total": total,
-            "kernel": kernel,
-            "step_method": in_step - kernel,
-            "pymc": total - in_step,
-            "inner_steps": steps / 1e6,
+            "total": total * per_draw,
+            "kernel": kernel * per_draw,
+            "step_method": (in_step - kernel) * per_draw,
+            "pymc": (total - in_step) * per_draw,
+            "inner_steps": steps,
         }
     return results
 
