@@ -8,6 +8,7 @@ import pymc as pm
 import pytensor
 import pytest
 from exact_posteriors import widely_spread_regression
+from probes import probe_and_start
 from pymc.blocking import DictToArrayBijection
 
 from pymc_sgmcmc import SGHMC, SGLD
@@ -26,13 +27,6 @@ from pymc_sgmcmc.tuning import TuningConfig, UserChoices, find_mode, measure
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.curvature import largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import laplace, measure_noise, with_second_order
-
-
-def probe_and_start(model):
-    """The model's compiled probe and its initial point as one vector."""
-    density = build_minibatch_log_density(model, model.value_vars)
-    point = {v.name: model.initial_point()[v.name] for v in model.value_vars}
-    return Probe(density), DictToArrayBijection.map(point).data
 
 
 @pytest.fixture(scope="module")

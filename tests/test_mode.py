@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from pymc.blocking import DictToArrayBijection
+from probes import probe_and_start
 
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
@@ -10,13 +10,6 @@ from pymc_sgmcmc.panel import correlated_regression
 from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.tuning import TuningConfig, find_mode
 from pymc_sgmcmc.tuning.mode import _quadratic_along_softest
-
-
-def probe_and_start(model):
-    """The model's compiled probe and its initial point as one vector."""
-    density = build_minibatch_log_density(model, model.value_vars)
-    point = {v.name: model.initial_point()[v.name] for v in model.value_vars}
-    return Probe(density), DictToArrayBijection.map(point).data
 
 
 @pytest.mark.parametrize("seed", [0, 2])
