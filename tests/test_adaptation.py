@@ -587,14 +587,27 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
 @pytest.mark.once
 def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
     """Batches of N rows drawn with replacement on the non-centred radon-like model: a travel
-    window at a bias budget of 1 takes steps near the edge of stability, and one of them
-    diverges. The chain goes back to its last draw and travels on at a quarter of the
-    budget, instead of stopping where it diverged for the rest of the run.
+    window at a bias budget of 1 takes steps near the edge of stability, and one of them can
+    diverge; whether one does depends on the random stream, so each chain's first travelling
+    draw is made to end as a diverging one does. The chain goes back to its last draw and
+    travels on at a quarter of the budget, instead of stopping where it diverged for the rest
+    of the run.
     """
     model = radon_like(n_rows=1000, n_groups=20, centred=False).model
+    step = SGLD(batch_size=1000, replace=True, model=model)
+    run_kernel, forced = step.runner.run, []
+
+    def first_travelling_draw_diverges(chain, position, n_steps, step_values, rng, tune):
+        result = run_kernel(chain, position, n_steps, step_values, rng, tune)
+        if not chain.travelling or any(chain is other for other in forced):
+            return result
+        forced.append(chain)
+        return replace(result, steps_taken=n_steps - 1)
+
+    step.runner.run = first_travelling_draw_diverges
     with caplog.at_level(logging.INFO, logger="pymc"), model:
         result = pm.sample(
-            step=SGLD(batch_size=1000, replace=True),
+            step=step,
             tune=400,
             draws=10,
             chains=2,
