@@ -652,7 +652,9 @@ class StochasticGradientStep(ArrayStepShared):
             messages = self.adapter.record_tune_draw(chain, result.position, self.rng, True)
             if messages is not None:
                 self._start_from(result.position, messages)
-        chain.last_draw = (chain.settings.metric, result.position, result.state["position"])
+        # The chain state's coordinates: those a tune window's new metric gave,
+        # if it changed the metric at this draw.
+        chain.last_draw = (chain.settings.metric, result.position, chain.state["position"])
         return RaveledVars(result.position, q0.point_map_info), [stats]
 
     def _diverge(self, step_size: float, what: str = "the state or its gradient") -> None:

@@ -397,6 +397,28 @@ def test_a_draw_after_the_metric_changed_starts_where_the_last_draw_ended(model)
     np.testing.assert_allclose(new["beta"], point["beta"], atol=0.01)
 
 
+def test_a_draw_after_a_tune_window_changed_the_metric_starts_where_the_last_draw_ended(model):
+    """A tune window that closes at a draw and gives new coordinates (a metric measured where
+    the chain went) leaves the next draw starting where that draw ended."""
+    step, point = slow_step_after_two_draws(model)
+    step.tune = True
+    size = step.chain.state["position"].size
+    metric = DiagonalMetric(np.full(size, 0.3), np.full(size, 2.0))
+    record = step.adapter.record_tune_draw
+
+    def window_closes(chain, position, rng, tune):
+        record(chain, position, rng, tune)
+        chain.settings = dataclasses.replace(chain.settings, metric=metric)
+        return []
+
+    step.adapter.record_tune_draw = window_closes
+    ended, _ = step.step(point)
+    step.adapter.record_tune_draw = record
+    new, _ = step.step(ended)
+    assert step.chain.settings.metric is metric
+    np.testing.assert_allclose(new["beta"], ended["beta"], atol=0.01)
+
+
 def test_warnings_reach_pymc_as_sampler_warnings(model, caplog):
     with model, caplog.at_level(logging.WARNING, logger="pymc"):
         step = SGLD(batch_size=50, step_size=0.5)
