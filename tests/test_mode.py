@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from probes import probe_and_start
 
+import pymc_sgmcmc.tuning.mode as mode_module
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression
@@ -41,6 +42,44 @@ def test_the_quadratic_check_refuses_a_softest_sd_a_tenth_or_ten_times_too_large
         changed[-1] *= factor
         wrong = (vectors * changed) @ vectors.T
         assert not _quadratic_along_softest(probe, mode, log_density, wrong, config)
+
+
+def test_the_quadratic_check_accepts_an_end_a_fraction_of_an_sd_from_the_mode():
+    """A search that ends 0.7 local sds from the mode along the softest direction (a squared
+    distance of 0.49, within ``mode_distance``) sees the log density fall by 1/2 + 0.7 one sd
+    further out and by 1/2 - 0.7 (a rise) one sd back; their mean is the quadratic's 1/2.
+    """
+    known = correlated_regression(n_rows=2000, correlation=0.5)
+    probe = Probe(build_minibatch_log_density(known.model, known.model.value_vars))
+    mode, _, _, hessian, _ = find_mode(probe, np.zeros(2), 100, np.random.default_rng(0))
+    values, vectors = np.linalg.eigh(-hessian)
+    softest = vectors[:, np.argmin(values)] / np.sqrt(values.min())
+    off = mode + 0.7 * softest
+    log_density = probe.full(off)[0]
+    assert probe.full(off - softest)[0] > log_density
+    assert _quadratic_along_softest(probe, off, log_density, hessian, TuningConfig())
+
+
+def test_newton_steps_with_the_checked_hessian_finish_a_search_that_stopped_short(monkeypatch):
+    """The search's Hessians a million times too stiff along the softest direction (as finite
+    differences can make them on an ill-conditioned posterior): its Newton decrement looks
+    small while the search is still over a thousand squared sds from the mode. Newton steps
+    with the Hessian checked at its end reach the mode.
+    """
+    known = correlated_regression(n_rows=2000, correlation=0.5)
+    probe = Probe(build_minibatch_log_density(known.model, known.model.value_vars))
+    estimate = mode_module.estimate_hessian
+
+    def too_stiff(*args, **kwargs):
+        values, vectors = np.linalg.eigh(estimate(*args, **kwargs))
+        values[-1] *= 1e6
+        return (vectors * values) @ vectors.T
+
+    monkeypatch.setattr(mode_module, "estimate_hessian", too_stiff)
+    config = TuningConfig(adam_steps=0)
+    mode, *_, distance = find_mode(probe, np.zeros(2), 100, np.random.default_rng(0), config)
+    assert distance < config.newton_tolerance
+    np.testing.assert_allclose(mode, known.means["beta"], atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

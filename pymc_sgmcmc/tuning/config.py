@@ -57,8 +57,9 @@ class TuningConfig:
         Eigenvectors of the Hessian at the search's end, softest first, along
         which the log density one local sd away is checked on both sides.
     quadratic_fall : tuple of float
-        Bounds on how far the log density may fall there (a quadratic's falls
-        1/2) for the end to count as a mode.
+        Bounds on how far the log density may fall there, on average over the
+        two sides (a quadratic's falls 1/2 from its peak, and on average from
+        anywhere), for the end to count as a mode.
     chunk_rows : int
         Rows per chunk of a full pass over the data (bounds memory).
     interpreted_steps : int

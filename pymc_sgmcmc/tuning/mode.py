@@ -220,7 +220,21 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
     # estimated on the final rows, with steps scaled by the search's.
     hessian, kinked = checked_hessian(probe, position, rng, config, scale=hessian_sds(hessian))
     distance = _distance(hessian, gradient)
-    if not _quadratic_along_softest(probe, position, log_density, hessian, config):
+    quadratic = _quadratic_along_softest(probe, position, log_density, hessian, config)
+    if quadratic and not kinked and config.mode_distance < distance < np.inf:
+        # The search's Hessians, estimated on the way, can misjudge the softest
+        # directions of an ill-conditioned posterior and stop it short of a
+        # mode the checked Hessian sees: Newton steps with that one finish it.
+        position, (log_density, gradient, likelihood_gradient), _, moved = _newton(
+            probe.full, position, hessian, config.newton_steps, config.newton_tolerance
+        )
+        if moved:
+            hessian, kinked = checked_hessian(
+                probe, position, rng, config, scale=hessian_sds(hessian)
+            )
+            distance = _distance(hessian, gradient)
+            quadratic = _quadratic_along_softest(probe, position, log_density, hessian, config)
+    if not quadratic:
         distance = np.inf
     if kinked:
         # At the maximum of a likelihood with kinks the gradient is the sum
@@ -241,8 +255,11 @@ def _quadratic_along_softest(probe: Probe, position, log_density, hessian, confi
     is arbitrary, and a step of it sends the log density off (to minus
     infinity, or up). A Newton decrement computed from that Hessian is
     rounding too, so it cannot tell the neck from a mode; this check can.
-    It checks ``config.softest_directions`` directions, each way, and
-    accepts falls between the bounds ``config.quadratic_fall``.
+    It checks ``config.softest_directions`` directions, and accepts the mean
+    of the falls each way between the bounds ``config.quadratic_fall``: a
+    search that ends a fraction ``x`` of an sd from the mode along such a
+    direction sees falls of ``1/2 - x`` and ``1/2 + x``, whose mean is the
+    curvature's ``1/2`` all the same.
     """
     if not np.all(np.isfinite(hessian)):
         return False
@@ -250,10 +267,9 @@ def _quadratic_along_softest(probe: Probe, position, log_density, hessian, confi
     lowest, highest = config.quadratic_fall
     for index in np.argsort(np.abs(values))[: config.softest_directions]:
         offset = vectors[:, index] / np.sqrt(np.abs(values[index]))
-        for sign in (1.0, -1.0):
-            fall = log_density - probe.full(position + sign * offset)[0]
-            if not lowest <= fall <= highest:
-                return False
+        falls = [log_density - probe.full(position + sign * offset)[0] for sign in (1.0, -1.0)]
+        if not lowest <= np.mean(falls) <= highest:
+            return False
     return True
 
 
