@@ -23,6 +23,7 @@ from pymc_sgmcmc.diagnostics import monte_carlo_errors
 
 __all__ = [
     "PanelModel",
+    "correlated_data",
     "correlated_regression",
     "hierarchical_regression",
     "laplace_reference",
@@ -142,6 +143,25 @@ def normal_inverse_gamma_regression(n_rows=2000, seed=0, total_size=None) -> Pan
     )
 
 
+#: The prior sd of :func:`correlated_regression`'s coefficients.
+CORRELATED_PRIOR_SD = 100.0
+
+
+def correlated_data(n_rows=2000, correlation=0.5, seed=0):
+    """Return the covariates and outcomes of :func:`correlated_regression`.
+
+    Returns
+    -------
+    x : ndarray, shape (n_rows, 2)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    covariance = np.array([[1.0, correlation], [correlation, 1.0]])
+    x = rng.multivariate_normal([0.0, 0.0], covariance, size=n_rows)
+    y = x @ np.array([0.5, -1.0]) + rng.normal(size=n_rows)
+    return x, y
+
+
 def correlated_regression(n_rows=2000, correlation=0.5, seed=0) -> PanelModel:
     """Regression with correlated covariates and known noise: a correlated Gaussian posterior.
 
@@ -149,11 +169,8 @@ def correlated_regression(n_rows=2000, correlation=0.5, seed=0) -> PanelModel:
     two coefficients is Gaussian with covariance ``(X'X + I / 100^2)^-1``,
     whose correlation is close to ``-rho``.
     """
-    rng = np.random.default_rng(seed)
-    covariance = np.array([[1.0, correlation], [correlation, 1.0]])
-    x = rng.multivariate_normal([0.0, 0.0], covariance, size=n_rows)
-    y = x @ np.array([0.5, -1.0]) + rng.normal(size=n_rows)
-    prior_sd = 100.0
+    x, y = correlated_data(n_rows, correlation, seed)
+    prior_sd = CORRELATED_PRIOR_SD
     with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, prior_sd, shape=2)
         pm.Normal("y", x @ beta, 1.0, observed=y)
