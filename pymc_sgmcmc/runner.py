@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_sgmcmc.ahead import draw_inputs, draws_per_call
+from pymc_sgmcmc.ahead import draws_per_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import KernelResult
@@ -93,11 +93,13 @@ class KernelRunner:
         draws = self.draws_per_call(chain, n_steps, tune)
         noise_shape = (self.dynamics.noise_vectors, position.size)
         batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
-        if draws == 1:
-            indices = batches.draw(rng, n_steps)
-            noise = rng.standard_normal((n_steps, *noise_shape))
-        else:
-            indices, noise = draw_inputs(batches, rng, draws, n_steps, noise_shape)
+        # The rows and the noise of ``draws`` draws, each from its own generator
+        # in one call: the numbers of a call per draw.
+        indices = batches.draw(chain.row_generator, draws * n_steps)
+        noise = rng.standard_normal((draws * n_steps, *noise_shape))
+        if draws > 1:
+            indices = indices.reshape(draws, n_steps, -1)
+            noise = noise.reshape(draws, n_steps, *noise_shape)
         state = {**chain.state, "position": self.coordinates(chain, settings.metric, position)}
         self.compiled.pages.read(indices)
         kernel = self.kernel(chain)

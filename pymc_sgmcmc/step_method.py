@@ -454,7 +454,10 @@ class StochasticGradientStep(ArrayStepShared):
         if np.isfinite(self.choices.full_data_work):
             all_rows = AllRows(batches.n_rows)
         return ChainState(
-            IndexStream(batches.n_rows, batches.batch_size, batches.replace), all_rows=all_rows
+            IndexStream(batches.n_rows, batches.batch_size, batches.replace),
+            # Seeded from the chain's generator: the same seed, the same rows.
+            row_generator=np.random.default_rng(self.rng.integers(2**63, size=2)),
+            all_rows=all_rows,
         )
 
     def _check_data(self) -> None:

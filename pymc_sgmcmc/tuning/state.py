@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.estimators import Centre
 from pymc_sgmcmc.tuning.measure import Measurements
@@ -20,6 +22,10 @@ class ChainState:
     ----------
     batches : IndexStream
         The chain's stream of minibatch rows (with its current epoch).
+    row_generator : numpy.random.Generator or None
+        The generator of the chain's minibatch rows, apart from that of its
+        noise, so that the rows of several draws are drawn in one call and
+        their noise in another, the same numbers as a call per draw.
     settings : ChainSettings or None
         What the chain samples with; ``None`` until it has adapted.
     state : dict of str to ndarray or None
@@ -81,6 +87,7 @@ class ChainState:
     """
 
     batches: IndexStream
+    row_generator: np.random.Generator | None = None
     settings: ChainSettings | None = None
     state: dict | None = None
     centre: Centre | None = None
