@@ -588,13 +588,15 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
 def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
     """Batches of N rows drawn with replacement on the non-centred radon-like model: a travel
     window at a bias budget of 1 takes steps near the edge of stability, and one of them can
-    diverge; whether one does depends on the random stream, so each chain's first travelling
-    draw is made to end as a diverging one does. The chain goes back to its last draw and
-    travels on at a quarter of the budget, instead of stopping where it diverged for the rest
-    of the run.
+    diverge. Whether a chain travels (how slowly it relaxes where its search ended) and
+    whether one of its steps diverges depend on the random stream, so every chain is made to
+    travel (any relaxation counts as slow) and its first travelling draw to end as a
+    diverging one does. The chain goes back to its last draw and travels on at a quarter of
+    the budget, instead of stopping where it diverged for the rest of the run.
     """
     model = radon_like(n_rows=1000, n_groups=20, centred=False).model
-    step = SGLD(batch_size=1000, replace=True, model=model)
+    tuning = TuningConfig(slow_relaxation=1.0)
+    step = SGLD(batch_size=1000, replace=True, model=model, tuning=tuning)
     run_kernel, forced = step.runner.run, []
 
     def first_travelling_draw_diverges(chain, position, n_steps, step_values, rng, tune):
