@@ -88,7 +88,7 @@ def posterior(result):
     return posterior_draws(result)
 
 
-def sample(model, step, draws, seed, tune=100, chains=2):
+def sample(model, step, draws, seed, tune=100, chains=2, callback=None):
     with model:
         return pm.sample(
             draws=draws,
@@ -99,6 +99,7 @@ def sample(model, step, draws, seed, tune=100, chains=2):
             random_seed=seed,
             progressbar=False,
             compute_convergence_checks=False,
+            callback=callback,
         )
 
 
@@ -205,30 +206,24 @@ def test_given_step_size_inflates_as_predicted(step_size, bounds):
     """
     n_rows, batch_size, temperature = 2000, 20, 0.5
     known = correlated_regression(n_rows=n_rows, correlation=0.0)
-    settings = {}
+    steps, settings = [], {}
+
+    def step():
+        steps.append(
+            SGLD(
+                batch_size=batch_size,
+                step_size=step_size,
+                control_variate=False,
+                replace=True,
+                temperature=temperature,
+            )
+        )
+        return steps[-1]
 
     def record_settings(trace, draw):
-        settings[draw.chain] = step.chain.settings
+        settings[draw.chain] = steps[-1].chain.settings
 
-    with known.model:
-        step = SGLD(
-            batch_size=batch_size,
-            step_size=step_size,
-            control_variate=False,
-            replace=True,
-            temperature=temperature,
-        )
-        result = pm.sample(
-            draws=2500,
-            tune=100,
-            step=step,
-            chains=2,
-            cores=1,
-            random_seed=12,
-            progressbar=False,
-            compute_convergence_checks=False,
-            callback=record_settings,
-        )
+    result = sample(known.model, step, draws=2500, seed=12, callback=record_settings)
     x, y = correlated_data(n_rows, correlation=0.0)
     hessian = x.T @ x + np.eye(2) / CORRELATED_PRIOR_SD**2
     # Minibatch gradients of rows drawn with replacement: N^2 / B times the rows' covariance.
