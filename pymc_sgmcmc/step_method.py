@@ -8,7 +8,6 @@ from typing import ClassVar
 
 import numpy as np
 import pymc as pm
-import pytensor
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
@@ -55,11 +54,12 @@ DEFAULT_MODE = "NUMBA"
 #: Arguments that pickled step methods leave out of their constructor arguments.
 _NOT_PICKLED = frozenset({"client", "data"})
 
-#: Backend of the tuning functions (a few thousand calls per chain) unless
-#: ``compile_kwargs`` names a ``mode``: whichever compiles faster. On PyTensor
-#: 3 Numba takes about 40 s to compile them on a first run and the C backend
-#: about 19 s; on PyTensor 2 both take about 18 s and Numba calls are faster.
-PROBE_MODE = "NUMBA" if int(pytensor.__version__.split(".")[0]) < 3 else "CVM"
+#: Backend of the tuning functions (tens of thousands of calls per chain, the
+#: interpreted loop's among them) unless ``compile_kwargs`` names a ``mode``.
+#: Numba compiles them about as fast as the C backend on a first run and runs
+#: them faster, on PyTensor 2 and 3 alike; PyTensor 3's C backend also finds
+#: no BLAS when installed from pip (see docs/performance.md).
+PROBE_MODE = "NUMBA"
 
 #: Statistics every stochastic-gradient step records, one value per draw.
 BASE_STATS = {
