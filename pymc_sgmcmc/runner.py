@@ -83,14 +83,18 @@ class KernelRunner:
         A draw the last call ran ahead is handed out where the chain still
         stands where its last draw ended; otherwise the kernel runs the inner
         steps of this draw, or after tuning those of several, keeping the
-        later ones for the next draws.
+        later ones (with their inner steps and last step size) in
+        ``chain.ahead`` for the next draws.
         """
         if chain.ahead:
             if chain.last_draw[1].tobytes() == position.tobytes():
-                return chain.ahead.pop()
+                return chain.ahead.pop()[0]
             chain.ahead.clear()
         settings = chain.settings
         draws = self.draws_per_call(chain, n_steps, tune)
+        if draws > 1:
+            block = self._step_block(chain, draws, n_steps, step_values)
+            draws = len(block["step_size"])
         noise_shape = (self.dynamics.noise_vectors, position.size)
         batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
         # The rows and the noise of ``draws`` draws, each from its own generator
@@ -106,29 +110,29 @@ class KernelRunner:
         if draws == 1:
             with interrupts_held:
                 return kernel(state, indices, noise, step_values, chain.kernel_inputs)
-        block = self._step_block(chain, draws, n_steps, step_values)
         with interrupts_held:
             results = kernel.draws(state, indices, noise, block, chain.kernel_inputs)
-        results.reverse()
-        chain.ahead = results
-        return results.pop()
+        last_step_sizes = block["step_size"][:, -1].tolist()
+        chain.ahead = [
+            (result, n_steps, step_size)
+            for result, step_size in zip(results[:0:-1], last_step_sizes[:0:-1], strict=True)
+        ]
+        return results[0]
 
     def draws_per_call(self, chain, n_steps: int, tune: bool) -> int:
-        """Return how many draws the next kernel call runs: one unless the draws repeat.
+        """Return how many draws the next kernel call may run: one unless they can run ahead.
 
-        Several only after tuning, in the fused kernel, with the same per-step
-        inputs at every draw (kept by :meth:`step_values`) and nothing else
-        that moves between draws. Steps on all rows take one draw a call:
-        their work dwarfs a call's fixed cost, and the row indices of many
-        draws would fill memory.
+        Several only after tuning, in the fused kernel, with nothing outside
+        the kernel that moves the chain between draws. Steps on all rows take
+        one draw a call: their work dwarfs a call's fixed cost, and the row
+        indices of many draws would fill memory. The draws of a call also
+        take the same number of inner steps (:meth:`_step_block`).
         """
         if (
             tune
             or chain.interpreted
             or chain.settings.estimator == FULL_DATA
-            or chain.step_values is None
             or self.moves_between_draws
-            or type(self.dynamics).draw_steps is not Dynamics.draw_steps
         ):
             return 1
         tuning = self.tuning
@@ -168,16 +172,40 @@ class KernelRunner:
             return last[2]
         return metric.to_coordinates(position)
 
-    @staticmethod
-    def _step_block(chain, draws: int, n_steps: int, step_values) -> dict:
-        """Return ``step_values`` repeated for ``draws`` draws, built once per settings."""
+    def _step_block(self, chain, draws: int, n_steps: int, step_values) -> dict:
+        """Return the per-step inputs of the next draws that take ``n_steps`` inner steps.
+
+        At most ``draws`` draws, each a row of every input: ``step_values``
+        repeated where they are the same at every draw (built once per
+        settings), otherwise each draw's own (a schedule's step sizes, a
+        cycle's stages: functions of the step's number, built in one call for
+        all the draws' steps), up to the first draw that takes another number
+        of inner steps or whose step sizes are not positive finite numbers
+        (that draw then runs, and is checked, alone).
+        """
         settings = chain.settings
         kept = chain.step_block
         if kept is not None and kept[0] is settings and kept[1:3] == (draws, n_steps):
             return kept[3]
-        block = {
-            name: np.ascontiguousarray(np.broadcast_to(value, (draws, n_steps)))
-            for name, value in step_values.items()
-        }
-        chain.step_block = (settings, draws, n_steps, block)
-        return block
+        if chain.step_values is not None:
+            block = {
+                name: np.ascontiguousarray(np.broadcast_to(value, (draws, n_steps)))
+                for name, value in step_values.items()
+            }
+            chain.step_block = (settings, draws, n_steps, block)
+            return block
+        # After tuning a draw's share of the steps is the tuned steps per draw.
+        alike = 1
+        for first in chain.steps_taken + n_steps * np.arange(1, draws):
+            if (
+                self.dynamics.draw_steps(settings.step_size, first, settings.steps_per_draw)
+                != n_steps
+            ):
+                break
+            alike += 1
+        steps = chain.steps_taken + np.arange(alike * n_steps)
+        values = self.dynamics.step_values(settings.step_size, steps)
+        sizes = values["step_size"].reshape(alike, n_steps)
+        valid = np.all(np.isfinite(sizes) & (sizes > 0), axis=1)
+        alike = max(1, int(np.argmin(valid)) if not valid.all() else alike)
+        return {name: value.reshape(-1, n_steps)[:alike] for name, value in values.items()}

@@ -561,14 +561,13 @@ class StochasticGradientStep(ArrayStepShared):
         if chain.ahead and position is chain.last_draw[1]:
             # After tuning, from where the last draw ended: the next draw the
             # kernel ran ahead, unless it stopped or vanished.
-            _, n_steps, step_values = chain.step_values
-            result = chain.ahead[-1]
+            result, n_steps, step_size = chain.ahead[-1]
             if result.steps_taken == n_steps and math.isfinite(result.log_density):
                 chain.ahead.pop()
                 chain.state = result.state
                 chain.steps_taken += n_steps
                 chain.steps_since_refresh += n_steps
-                return self._record(q0, result, n_steps, step_values["step_size"][-1])
+                return self._record(q0, result, n_steps, step_size)
         if chain.settings is None:
             position = self._adapt(position, start=True)
         elif chain.readapt:

@@ -72,9 +72,10 @@ class ChainState:
         The point the chain's last draw handed PyMC (a dict of arrays) and
         its raveled position, so that a draw from that point skips PyMC's
         map of it into one array.
-    ahead : list of KernelResult
+    ahead : list of tuple
         Draws the kernel has run before PyMC asked for them, the next one
-        last (:mod:`pymc_sgmcmc.ahead`).
+        last, each with its inner steps and last step size
+        (:mod:`pymc_sgmcmc.ahead`).
     step_block : tuple or None
         The settings, the numbers of draws and steps and the per-step inputs
         of the chain's last call of several draws, kept as ``step_values``.
