@@ -160,6 +160,11 @@ def test_a_call_of_several_draws_runs_them_one_after_another(
     state = as_state(dynamics.initial_state(np.array([0.2, 0.1, -0.1]), inputs, rng))
 
     results = kernel.draws(state, indices, noise, {"step_size": step_sizes}, values)
+    # XLA may fuse the log density's sum over the batch's rows differently inside
+    # the outer loop than after one call's loop: on JAX that statistic agrees to
+    # the rounding of the sum taken in another order (the rows times the machine
+    # epsilon, relative), the states to the bit.
+    rounding = 0.0 if compile_kwargs is None else indices.shape[-1] * np.finfo(float).eps
 
     assert len(results) == 3
     stopped = False
@@ -175,7 +180,7 @@ def test_a_call_of_several_draws_runs_them_one_after_another(
         for name, value in one.state.items():
             np.testing.assert_array_equal(result.state[name], value)
         np.testing.assert_array_equal(result.position, one.position)
-        assert result.log_density == one.log_density
+        assert result.log_density == pytest.approx(one.log_density, rel=rounding, abs=0.0)
         assert result.gradient_norm == one.gradient_norm
         stopped = one.steps_taken < 4
         state = one.state
