@@ -16,7 +16,7 @@ from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import KernelResult
 from pymc_sgmcmc.loop import interpretable
-from pymc_sgmcmc.schedules import ConstantStepSize
+from pymc_sgmcmc.schedules import ConstantStepSize, usable_step_sizes
 from pymc_sgmcmc.tuning.measure import FULL_DATA
 
 __all__ = ["CENTRED_ESTIMATORS", "KernelRunner"]
@@ -205,7 +205,8 @@ class KernelRunner:
             alike += 1
         steps = chain.steps_taken + np.arange(alike * n_steps)
         values = self.dynamics.step_values(settings.step_size, steps)
-        sizes = values["step_size"].reshape(alike, n_steps)
-        valid = np.all(np.isfinite(sizes) & (sizes > 0), axis=1)
-        alike = max(1, int(np.argmin(valid)) if not valid.all() else alike)
+        usable = usable_step_sizes(values["step_size"].reshape(alike, n_steps), axis=1)
+        if not usable.all():
+            # The first draw's were checked before the call.
+            alike = max(1, int(np.argmin(usable)))
         return {name: value.reshape(-1, n_steps)[:alike] for name, value in values.items()}

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ConstantStepSize", "CyclicalStepSize", "PolynomialDecay", "as_schedule"]
+__all__ = [
+    "ConstantStepSize",
+    "CyclicalStepSize",
+    "PolynomialDecay",
+    "as_schedule",
+    "usable_step_sizes",
+]
 
 
 @dataclass(frozen=True)
@@ -130,3 +136,9 @@ def as_schedule(step_size):
             f"PolynomialDecay(a, b, gamma), got {step_size!r}."
         )
     return ConstantStepSize(float(step_size))
+
+
+def usable_step_sizes(step_sizes: np.ndarray, axis=None) -> np.ndarray:
+    """Return whether the step sizes (along ``axis``, or all) are positive finite numbers."""
+    step_sizes = np.asarray(step_sizes)
+    return np.all(np.isfinite(step_sizes) & (step_sizes > 0), axis=axis)

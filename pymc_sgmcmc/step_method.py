@@ -35,7 +35,7 @@ from pymc_sgmcmc.interrupts import interrupted
 from pymc_sgmcmc.kernel import as_state, is_jax
 from pymc_sgmcmc.minibatch import MinibatchError, refuse_row_latents_in_minibatches
 from pymc_sgmcmc.runner import CENTRED_ESTIMATORS, KernelRunner
-from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule
+from pymc_sgmcmc.schedules import ConstantStepSize, as_schedule, usable_step_sizes
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.epochs import epoch_steps
@@ -589,7 +589,7 @@ class StochasticGradientStep(ArrayStepShared):
         # A constant step size was checked when it was made; a schedule's
         # values are checked at every draw.
         constant = isinstance(settings.step_size, ConstantStepSize)
-        if not constant and not np.all(np.isfinite(step_sizes) & (step_sizes > 0)):
+        if not constant and not usable_step_sizes(step_sizes):
             raise ValueError(
                 f"The step-size schedule {settings.step_size!r} gave a value that is not a "
                 "positive finite number; a schedule must return step sizes > 0."
