@@ -485,9 +485,17 @@ class StochasticGradientStep(ArrayStepShared):
         """Nothing to reset: a chain adapts at its first draw (PyMC's sequential hook)."""
 
     def stop_tuning(self) -> None:
-        """End tuning; in a compound step, measure again before the next draw."""
+        """End tuning; in a compound step, measure again before the next draw.
+
+        A chain that travelled and whose settings no tune window checked
+        since warns (:meth:`~pymc_sgmcmc.tuning.travel.Travel.unchecked_after_travel`).
+        """
         self.tune = False
         chain = self.chain
+        chain.warnings.extend(
+            SamplerWarning(WarningType.BAD_PARAMS, message, "warn")
+            for message in self.adapter.unchecked_after_travel(chain)
+        )
         chain.window = []
         chain.ahead.clear()
         if chain.settings is not None and self.measures and self.density.other_blocks:

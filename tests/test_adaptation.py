@@ -784,3 +784,59 @@ def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back(monkeypa
     assert np.all(np.abs(mu) < 100)
     assert mu[0] != panel.model.initial_point()["mu"]
     assert not np.asarray(result.sample_stats["diverging"]).any()
+
+
+@pytest.mark.parametrize(
+    ("extra_tune", "warned"),
+    [(20, True), (TuningConfig().windows[0] + 20, False)],
+    ids=["tune-ends-after-travel", "a-window-checks"],
+)
+def test_a_chain_that_travelled_warns_when_no_tune_window_checked_it(extra_tune, warned):
+    """Every chain made to travel: tune that ends 20 draws after the travel window leaves the
+    settings chosen where the chain went unchecked, and PyMC gets a warning that says to tune
+    longer; tune that lasts through the next window checks them and gets none."""
+    config = TuningConfig(slow_relaxation=0.0)
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    with panel.model:
+        result = pm.sample(
+            step=SGLD(batch_size=50, bias_budget=0.005, tuning=config),
+            tune=config.windows[0] + extra_tune,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+            keep_warning_stat=True,
+        )
+    messages = [
+        warning.message
+        for warning in np.asarray(result.sample_stats["warning"]).ravel()
+        if warning is not None
+    ]
+    unchecked = [message for message in messages if "where the chain travelled to" in message]
+    assert bool(unchecked) == warned
+
+
+def test_a_chain_that_never_travelled_gets_no_unchecked_travel_warning():
+    """Short tune alone is not the warning's cause: a chain adapted at its mode that did not
+    travel (a Gaussian posterior) gets no such warning, even with tune shorter than a window."""
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    with panel.model:
+        step = SGLD(batch_size=50)
+        result = pm.sample(
+            step=step,
+            tune=30,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+            keep_warning_stat=True,
+        )
+    assert step.chain.travel_budget == 0.0
+    messages = [
+        warning.message
+        for warning in np.asarray(result.sample_stats["warning"]).ravel()
+        if warning is not None
+    ]
+    assert not any("where the chain travelled to" in message for message in messages)

@@ -75,6 +75,30 @@ class Travel:
             chain.travelling = True
             chain.travel_budget = budget
 
+    def unchecked_after_travel(self, chain: ChainState) -> list:
+        """Return the messages for PyMC where tune ended before a window checked a travelled chain.
+
+        A chain travels because the Gaussian picture at its start does not
+        describe the posterior (no mode, or one far from the mass), so the
+        settings chosen where it went are what its tune windows check: how
+        slowly the draws decorrelate, how far the variance inflation moves a
+        skewed posterior's means, the draws' covariance. A tune phase that
+        ends before the first of those windows closes leaves them unchecked,
+        and the means can then be off by more than the bias budget. Called
+        once, when tuning stops.
+        """
+        # Travel windows count as closed until the chain stops travelling.
+        checked = chain.windows_closed > 0 and not chain.travelling
+        if chain.settings is None or chain.travel_budget == 0.0 or checked:
+            return []
+        window = self.tuning.windows[0]
+        return [
+            f"{self.name}: tuning ended before a tune window checked the settings chosen where "
+            "the chain travelled to, so how far their variance inflation moves a skewed "
+            "posterior's means was not measured; tune longer (a travel window and a check "
+            f"window take {2 * window} tune draws; PyMC's default tune=1000 leaves room)."
+        ]
+
     def travel_budget(self) -> float:
         """Return the bias budget a travelling window runs at (never below the user's)."""
         return max(self.tuning.travel_budget, self.choices.bias_budget)
