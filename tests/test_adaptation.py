@@ -840,3 +840,29 @@ def test_a_chain_that_never_travelled_gets_no_unchecked_travel_warning():
         if warning is not None
     ]
     assert not any("where the chain travelled to" in message for message in messages)
+
+
+def test_a_chain_still_travelling_when_tuning_ends_warns():
+    """Travel windows count as closed windows while the chain travels: with every window
+    counted as one the chain moved through (``travel_shift=0``), the chain travels on through
+    a second window, and tuning that ends inside it has checked nothing."""
+    config = TuningConfig(slow_relaxation=0.0, travel_shift=0.0)
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    with panel.model:
+        step = SGLD(batch_size=50, bias_budget=0.005, tuning=config)
+        result = pm.sample(
+            step=step,
+            tune=config.windows[0] + 50,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+            keep_warning_stat=True,
+        )
+    messages = [
+        warning.message
+        for warning in np.asarray(result.sample_stats["warning"]).ravel()
+        if warning is not None
+    ]
+    assert any("where the chain travelled to" in message for message in messages)
