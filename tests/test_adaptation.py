@@ -786,6 +786,32 @@ def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back(monkeypa
     assert not np.asarray(result.sample_stats["diverging"]).any()
 
 
+def unchecked_travel_warned(tune: int, **options) -> tuple[bool, SGLD]:
+    """Sample the uncorrelated regression with ``SGLD(batch_size=50, **options)`` for ``tune``
+    tune draws and 5 draws; return whether PyMC got the warning that no tune window checked
+    where the chain travelled, and the step."""
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    with panel.model:
+        step = SGLD(batch_size=50, **options)
+        result = pm.sample(
+            step=step,
+            tune=tune,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+            keep_warning_stat=True,
+        )
+    warnings = np.asarray(result.sample_stats["warning"]).ravel()
+    warned = any(
+        "where the chain travelled to" in warning.message
+        for warning in warnings
+        if warning is not None
+    )
+    return warned, step
+
+
 @pytest.mark.parametrize(
     ("extra_tune", "warned"),
     [(20, True), (TuningConfig().windows[0] + 20, False)],
@@ -796,50 +822,16 @@ def test_a_chain_that_travelled_warns_when_no_tune_window_checked_it(extra_tune,
     settings chosen where the chain went unchecked, and PyMC gets a warning that says to tune
     longer; tune that lasts through the next window checks them and gets none."""
     config = TuningConfig(slow_relaxation=0.0)
-    panel = correlated_regression(n_rows=500, correlation=0.0)
-    with panel.model:
-        result = pm.sample(
-            step=SGLD(batch_size=50, bias_budget=0.005, tuning=config),
-            tune=config.windows[0] + extra_tune,
-            draws=5,
-            chains=1,
-            random_seed=3,
-            progressbar=False,
-            compute_convergence_checks=False,
-            keep_warning_stat=True,
-        )
-    messages = [
-        warning.message
-        for warning in np.asarray(result.sample_stats["warning"]).ravel()
-        if warning is not None
-    ]
-    unchecked = [message for message in messages if "where the chain travelled to" in message]
-    assert bool(unchecked) == warned
+    tune = config.windows[0] + extra_tune
+    assert unchecked_travel_warned(tune, bias_budget=0.005, tuning=config)[0] == warned
 
 
 def test_a_chain_that_never_travelled_gets_no_unchecked_travel_warning():
     """Short tune alone is not the warning's cause: a chain adapted at its mode that did not
     travel (a Gaussian posterior) gets no such warning, even with tune shorter than a window."""
-    panel = correlated_regression(n_rows=500, correlation=0.0)
-    with panel.model:
-        step = SGLD(batch_size=50)
-        result = pm.sample(
-            step=step,
-            tune=30,
-            draws=5,
-            chains=1,
-            random_seed=3,
-            progressbar=False,
-            compute_convergence_checks=False,
-            keep_warning_stat=True,
-        )
+    warned, step = unchecked_travel_warned(30)
     assert step.chain.travel_budget == 0.0
-    messages = [
-        warning.message
-        for warning in np.asarray(result.sample_stats["warning"]).ravel()
-        if warning is not None
-    ]
-    assert not any("where the chain travelled to" in message for message in messages)
+    assert not warned
 
 
 def test_a_chain_still_travelling_when_tuning_ends_warns():
@@ -847,22 +839,5 @@ def test_a_chain_still_travelling_when_tuning_ends_warns():
     counted as one the chain moved through (``travel_shift=0``), the chain travels on through
     a second window, and tuning that ends inside it has checked nothing."""
     config = TuningConfig(slow_relaxation=0.0, travel_shift=0.0)
-    panel = correlated_regression(n_rows=500, correlation=0.0)
-    with panel.model:
-        step = SGLD(batch_size=50, bias_budget=0.005, tuning=config)
-        result = pm.sample(
-            step=step,
-            tune=config.windows[0] + 50,
-            draws=5,
-            chains=1,
-            random_seed=3,
-            progressbar=False,
-            compute_convergence_checks=False,
-            keep_warning_stat=True,
-        )
-    messages = [
-        warning.message
-        for warning in np.asarray(result.sample_stats["warning"]).ravel()
-        if warning is not None
-    ]
-    assert any("where the chain travelled to" in message for message in messages)
+    tune = config.windows[0] + 50
+    assert unchecked_travel_warned(tune, bias_budget=0.005, tuning=config)[0]
