@@ -81,7 +81,9 @@ class GaussianModel(Protocol):
     form. The tuner asks for it at the curvatures the measurements span; a
     model may also offer ``largest_inflation(step_size, curvatures, noise)``,
     the largest inflation over an array of curvatures in one evaluation,
-    which the tuner then uses instead of asking curvature by curvature.
+    which the tuner then uses instead of asking curvature by curvature, and
+    ``before_curvature_check()``, the model to use until a tune window has
+    measured the curvature at the chain's draws.
     """
 
     def inflation(self, step_size: float, curvature: float, noise: float) -> float:

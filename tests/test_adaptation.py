@@ -23,6 +23,7 @@ from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.sghmc import Underdamped
+from pymc_sgmcmc.samplers.sgld import Langevin
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices, find_mode, measure
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.curvature import largest_curvature, tightest_draws
@@ -183,10 +184,11 @@ def test_the_largest_curvature_at_draws_is_the_whitened_hessians_top_eigenvalue(
     assert found == pytest.approx(expected, rel=1e-3)
 
 
-def test_a_full_data_window_counts_the_curvature_of_a_funnels_neck():
-    """Draws where the centred model's scale is small meet a curvature far above the measured
-    one; the chain's stiffness counts it and its step shrinks. Draws where the chain was
-    measured leave it as it is.
+def funnel_chain(dynamics, name):
+    """A full-data chain on a centred funnel, measured where the scale is 0.5.
+
+    Returns the adapter, the chain, a point where it was measured, a point in
+    the funnel's neck (scale 0.02) and a generator.
     """
     known = radon_like(n_rows=300, n_groups=10, centred=True)
     model = known.model
@@ -207,18 +209,44 @@ def test_a_full_data_window_counts_the_curvature_of_a_funnels_neck():
     choices = UserChoices(
         None, None, ("minibatch",), None, 1.0, 0.05, metric="diagonal", full_data_work=10.0
     )
-    adapter = ChainAdapter(
-        "SGHMC", Underdamped(), probe, choices, TuningConfig(), 30, False, True, False
-    )
+    adapter = ChainAdapter(name, dynamics, probe, choices, TuningConfig(), 30, False, True, False)
     chain = ChainState(IndexStream(300, 30))
     chain.measurements = measured
     chain.settings = adapter.settings(measured)
-    assert not adapter.check_curvature(chain, np.tile(typical, (4, 1)), rng)
     neck = DictToArrayBijection.map({**point, "tau_log__": np.array(np.log(0.02))}).data
+    return adapter, chain, typical, neck, rng
+
+
+def test_a_full_data_window_counts_the_curvature_of_a_funnels_neck():
+    """Draws where the centred model's scale is small meet a curvature far above the measured
+    one; the chain's stiffness counts it and its step shrinks. Draws where the chain was
+    measured leave it as it is.
+    """
+    adapter, chain, typical, neck, rng = funnel_chain(Underdamped(), "SGHMC")
+    assert not adapter.check_curvature(chain, np.tile(typical, (4, 1)), rng)
     step_size = chain.settings.step_size.value
     assert adapter.check_curvature(chain, np.tile(neck, (4, 1)), rng)
     assert chain.measurements.stiffness > 10.0
     assert adapter.settings(chain.measurements).step_size.value < step_size / 3
+
+
+def test_shared_draws_take_their_larger_steps_once_the_curvature_at_the_draws_is_checked():
+    """SGLD's default step keeps Euler-Maruyama's until a window has measured the curvature
+    where the chain goes; a first check that finds nothing steeper then enlarges it, once."""
+    adapter, chain, typical, _, rng = funnel_chain(Langevin(), "SGLD")
+    euler = funnel_chain(Langevin("euler_maruyama"), "SGLD")[1]
+    assert chain.settings.estimator == euler.settings.estimator == "full_data"
+    assert chain.settings.step_size.value == pytest.approx(euler.settings.step_size.value)
+    assert not chain.measurements.curvature_checked
+    step_size = chain.settings.step_size.value
+    assert adapter.check_curvature(chain, np.tile(typical, (4, 1)), rng)
+    assert chain.measurements.curvature_checked
+    larger = adapter.settings(chain.measurements).step_size.value
+    # (eta a / (2 - eta a))**2 within the budget of 0.05 against eta a / (2 - eta a)
+    expected = (2 * np.sqrt(0.05) / (1 + np.sqrt(0.05))) / (2 * 0.05 / 1.05)
+    assert larger / step_size == pytest.approx(expected, rel=1e-6)
+    chain.settings = adapter.settings(chain.measurements)
+    assert not adapter.check_curvature(chain, np.tile(typical, (4, 1)), rng)
 
 
 def test_the_tightest_draws_are_those_of_highest_density_and_some_spread():
@@ -434,6 +462,7 @@ def test_fixed_settings_skip_adaptation(large_logistic):
         ({"preconditioner": -1.0}, "preconditioner must hold positive"),
         ({"control_variate": "yes"}, "control_variate must be None"),
         ({"control_variate_refresh": 0}, "control_variate_refresh must be a positive integer"),
+        ({"integrator": "euler"}, "integrator must be one of \\('leimkuhler_matthews'"),
     ],
 )
 def test_bad_adaptation_arguments(large_logistic, kwargs, message):

@@ -9,7 +9,7 @@ import pytest
 from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.samplers.sghmc import Underdamped, underdamped_variance_inflation
-from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
+from pymc_sgmcmc.samplers.sgld import INTEGRATORS, Langevin, langevin_variance_inflation
 from pymc_sgmcmc.samplers.sgrld import RiemannianLangevin
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
@@ -163,16 +163,18 @@ def simulate(dynamics, inputs, state, curvature, noise, n_steps, seed):
     return curvature * state["position"].var() - 1.0
 
 
+@pytest.mark.parametrize("integrator", INTEGRATORS)
 @pytest.mark.parametrize("replace", [False, True])
-def test_langevin_chains_on_epochs_have_the_predicted_variance(replace):
+def test_langevin_chains_on_epochs_have_the_predicted_variance(replace, integrator):
     step_size, curvature, variance = 0.01, 1.0, 6000.0
     rng = np.random.default_rng(2)
     noise = EpochNoise(rng, rows_with_noise(variance), 4, N_CHAINS, replace)
-    state = {"position": rng.normal(size=N_CHAINS)}
     inputs = {"step_size": step_size, "temperature": 1.0, "preconditioner": 1.0}
+    state = Langevin(integrator).initial_state(rng.normal(size=N_CHAINS), inputs, rng)
     simulated = simulate(Langevin, inputs, state, curvature, noise, 1500, 3)
-    base = langevin_variance_inflation(step_size, curvature)
-    independent = langevin_variance_inflation(step_size, curvature, noise.variance)
+    averaged = integrator == "leimkuhler_matthews"
+    base = langevin_variance_inflation(step_size, curvature, 0.0, averaged)
+    independent = langevin_variance_inflation(step_size, curvature, noise.variance, averaged)
     matrix, shock = langevin_transition(step_size, curvature)
     on_epochs = base + curvature * noise.variance * noise_covariance(matrix, shock, 10)[0, 0]
     predicted, other = (independent, on_epochs) if replace else (on_epochs, independent)
@@ -207,6 +209,8 @@ def simulate_curvature_noise(dynamics, inputs, step_size, variance, seed):
     state = {"position": rng.normal(size=N_CHAINS)}
     if dynamics is Underdamped:
         state["momentum"] = rng.normal(size=N_CHAINS)
+    else:
+        state["last_noise"] = rng.normal(size=N_CHAINS)
     for _ in range(int(12 / step_size)):
         gradient = -(1.0 + noise.draw()) * state["position"]
         state = dynamics.step(state, gradient, rng.normal(size=(1, N_CHAINS)), inputs)

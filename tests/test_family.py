@@ -267,7 +267,7 @@ def line():
 
 def test_clipping_scales_the_gradient_to_the_threshold(line):
     density = build_minibatch_log_density(line, line.value_vars)
-    kernel = Kernel(density, minibatch_gradient(density), Langevin)
+    kernel = Kernel(density, minibatch_gradient(density), Langevin("euler_maruyama"))
     gradient = pytensor.function([density.position, density.indices], density.gradient)
     inputs = Langevin().chain_inputs(np.ones(1), 0.0, {})
     indices = np.arange(50)[None, :]

@@ -30,6 +30,8 @@ from pymc_sgmcmc.samplers.sghmc import Underdamped
 from pymc_sgmcmc.samplers.sgld import Langevin
 
 N_ROWS = 400
+#: SGLD's Euler-Maruyama step: the kernel's mechanics without the shared draws' state.
+EULER = Langevin("euler_maruyama")
 #: Operations that read the data in O(B): gathering rows, reading its length.
 #: (PyTensor 2 has a separate op for gathers along the first axis; 3 does not.)
 GATHERS = tuple(
@@ -107,25 +109,25 @@ def test_fused_steps_equal_the_update_rule_applied_step_by_step(density, sampler
 
 @pytest.mark.parametrize("mode", ["NUMBA", "FAST_RUN", pytest.param("JAX", marks=pytest.mark.jax)])
 def test_backends_run_the_same_recursion(density, mode):
-    """SGLD's fused steps agree with numpy on the Numba, the C and the JAX backend."""
+    """SGLD's fused steps (shared normal draws) agree with numpy on every backend."""
     dynamics = Langevin()
-    kernel = Kernel(density, minibatch_gradient(density), Langevin, {"mode": mode})
+    kernel = Kernel(density, minibatch_gradient(density), dynamics, {"mode": mode})
     gradient = pm.compile([density.position, density.indices], density.gradient)
     indices, noise = make_inputs(5, seed=1)
     inputs = chain_inputs(dynamics)
     values = kernel.prepare(inputs, 3)
-    position = np.zeros(3)
-    result = kernel({"position": position}, indices, noise, {"step_size": np.full(5, 1e-3)}, values)
-    state = {"position": position}
+    state = dynamics.initial_state(np.zeros(3), inputs, np.random.default_rng(3))
+    result = kernel(state, indices, noise, {"step_size": np.full(5, 1e-3)}, values)
     for k in range(5):
         g = gradient(state["position"], indices[k])
         state = Langevin.step(state, g, noise[k], {**inputs, "step_size": 1e-3})
-    np.testing.assert_allclose(result.state["position"], state["position"], rtol=1e-10)
+    for name, value in state.items():
+        np.testing.assert_allclose(result.state[name], value, rtol=1e-10)
 
 
 @BACKENDS
 def test_loop_stops_at_the_last_finite_state(density, compile_kwargs):
-    kernel = Kernel(density, minibatch_gradient(density), Langevin, compile_kwargs)
+    kernel = Kernel(density, minibatch_gradient(density), EULER, compile_kwargs)
     values = kernel.prepare(chain_inputs(Langevin()), 3)
     indices, noise = make_inputs(6, seed=2)
     step_sizes = np.array([1e-3, 1e-3, 1e-3, np.inf, 1e-3, 1e-3])
@@ -193,7 +195,7 @@ def test_a_draw_that_ends_where_the_parameter_checks_fail_has_no_log_density():
         sigma = pm.HalfNormal("sigma", 1.0)
         pm.Normal("y", 0.0, sigma, observed=np.linspace(-1.0, 1.0, 40))
     density = build_minibatch_log_density(model, model.value_vars)
-    kernel = Kernel(density, minibatch_gradient(density), Langevin)
+    kernel = Kernel(density, minibatch_gradient(density), EULER)
     values = kernel.prepare(chain_inputs(Langevin(), size=1), 1)
     where = np.array([-1e40])  # log sigma: sigma is 0
     assert model.compile_logp()({"sigma_log__": where[0]}) == -np.inf
@@ -299,7 +301,7 @@ def test_jax_kernels_read_data_replaced_after_their_first_call(model):
     """The data copied to JAX's device are copied again once ``pm.set_data`` replaced them."""
     density = build_minibatch_log_density(model, model.value_vars)
     kernels = [
-        Kernel(density, minibatch_gradient(density), Langevin, kwargs)
+        Kernel(density, minibatch_gradient(density), EULER, kwargs)
         for kwargs in ({"mode": "NUMBA"}, {"mode": "JAX"})
     ]
     values = [kernel.prepare(chain_inputs(Langevin()), 3) for kernel in kernels]
@@ -320,7 +322,7 @@ def test_jax_kernels_read_data_replaced_after_their_first_call(model):
 @pytest.mark.jax
 def test_jax_kernels_refuse_to_run_in_a_process_forked_after_jax_ran(density, monkeypatch):
     """JAX deadlocks in a process forked after it started threads: a one-line error instead."""
-    kernel = Kernel(density, minibatch_gradient(density), Langevin, {"mode": "JAX"})
+    kernel = Kernel(density, minibatch_gradient(density), EULER, {"mode": "JAX"})
     values = kernel.prepare(chain_inputs(Langevin()), 3)
     indices, noise = make_inputs(2)
     monkeypatch.setattr(direct, "_jax_process", os.getpid() + 1)
@@ -340,7 +342,7 @@ def test_fused_control_variate_follows_another_block_that_moved():
     value = model.rvs_to_values[mu]
     shared = pm.make_shared_replacements(point, [value], model)
     density = build_minibatch_log_density(model, [value], shared)
-    kernel = Kernel(density, control_variate_gradient(density), Langevin)
+    kernel = Kernel(density, control_variate_gradient(density), EULER)
     probe = Probe(density)
     position = np.array([1.0])
     centre = probe.centre(position)
@@ -486,8 +488,8 @@ def test_second_order_control_variate_runs_the_same_steps_fused_and_interpreted(
 
 def test_interpreted_loop_stops_where_the_fused_kernel_stops(density):
     probe = Probe(density)
-    fused = Kernel(density, minibatch_gradient(density), Langevin)
-    loop = InterpretedKernel(probe, "minibatch", Langevin(), METRICS["identity"])
+    fused = Kernel(density, minibatch_gradient(density), EULER)
+    loop = InterpretedKernel(probe, "minibatch", EULER, METRICS["identity"])
     named = chain_inputs(Langevin())
     indices, noise = make_inputs(6, seed=2)
     step_values = {"step_size": np.array([1e-3, 1e-3, 1e-3, np.inf, 1e-3, 1e-3])}
@@ -499,7 +501,7 @@ def test_interpreted_loop_stops_where_the_fused_kernel_stops(density):
 
 
 def test_interpreted_loop_checks_its_inputs_once(density):
-    loop = InterpretedKernel(Probe(density), "minibatch", Langevin(), METRICS["diagonal"])
+    loop = InterpretedKernel(Probe(density), "minibatch", EULER, METRICS["diagonal"])
     named = {**chain_inputs(Langevin()), "metric_shift": np.zeros(3), "metric_scale": np.ones(3)}
     loop.prepare(named, 3)
     with pytest.raises(ValueError, match="metric_scale"):

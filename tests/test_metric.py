@@ -109,7 +109,10 @@ def test_kernel_runs_the_rule_in_the_metric_coordinates(density, sampler, kind):
 
 
 def test_dense_langevin_is_langevin_preconditioned_by_the_covariance(density):
-    """SGLD in the dense metric's coordinates moves theta by eta Sigma g + sqrt(2 eta) L xi."""
+    """SGLD in the dense metric's coordinates moves theta by eta Sigma g + sqrt(2 eta) L xi.
+
+    With the shared draws, xi is the mean of the last draw and the new one.
+    """
     sampler = SAMPLERS["SGLD"]
     dynamics = sampler.dynamics_class()
     target = 0.01 * covariance(6)
@@ -121,16 +124,18 @@ def test_dense_langevin_is_langevin_preconditioned_by_the_covariance(density):
     rng = np.random.default_rng(7)
     indices = rng.integers(N_ROWS, size=(1, 25))
     noise = rng.standard_normal((1, 1, SIZE))
+    last_noise = rng.standard_normal(SIZE)
     theta = np.array([0.1, 0.2, -0.3, 0.4])
     result = kernel(
-        {"position": metric.to_coordinates(theta)},
+        {"position": metric.to_coordinates(theta), "last_noise": last_noise},
         indices,
         noise,
         {"step_size": np.array([0.1])},
         values,
     )
     gradient = probe.minibatch_gradient(theta, indices[0])
-    expected = theta + 0.1 * target @ gradient + np.sqrt(0.2) * metric.cholesky @ noise[0, 0]
+    xi = 0.5 * (last_noise + noise[0, 0])
+    expected = theta + 0.1 * target @ gradient + np.sqrt(0.2) * metric.cholesky @ xi
     np.testing.assert_allclose(result.position, expected, rtol=1e-10)
 
 

@@ -144,13 +144,23 @@ def choices(**kwargs):
     return UserChoices(**{**options, **kwargs})
 
 
-@pytest.mark.parametrize("dynamics", [Langevin(), Underdamped(), Underdamped(friction=50.0)])
+@pytest.mark.parametrize(
+    "dynamics",
+    [Langevin(), Langevin("euler_maruyama"), Underdamped(), Underdamped(friction=50.0)],
+)
 @pytest.mark.parametrize("temperature", [1.0, 0.1])
-def test_chosen_step_size_meets_the_budget_at_the_actual_temperature(dynamics, temperature):
+@pytest.mark.parametrize("curvature_checked", [False, True])
+def test_chosen_step_size_meets_the_budget_at_the_actual_temperature(
+    dynamics, temperature, curvature_checked
+):
     measurements = gaussian_measurements(noise=20.0)
+    measurements = replace(measurements, curvature_checked=curvature_checked)
     settings = choose_settings(dynamics, measurements, choices(temperature=temperature))
     step_size = settings.step_size.value
     model = dynamics.gaussian_model((1.0, 1.0), np.ones(2), TuningConfig())
+    if hasattr(model, "before_curvature_check"):
+        # Only chains on the full data's gradient have the curvature at their draws checked.
+        model = model.before_curvature_check()
     inflation = model.inflation(step_size, 1.0, 20.0 / temperature)
     assert settings.predicted_inflation == pytest.approx(inflation)
     # Either the budget binds, or the largest stable step size does (a heavy

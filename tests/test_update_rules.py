@@ -7,7 +7,7 @@ import pytest
 
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.sghmc import Underdamped
-from pymc_sgmcmc.samplers.sgld import Langevin
+from pymc_sgmcmc.samplers.sgld import INTEGRATORS, Langevin, langevin_variance_inflation
 
 DYNAMICS = [sampler.dynamics_class for sampler in SAMPLERS.values()]
 
@@ -117,3 +117,45 @@ def test_negative_control_eps_over_two_convention_is_caught():
     """Noise sqrt(eta) with drift eta (mixing the two conventions) halves the variance."""
     variance = stationary_variance(noise_scale_factor=np.sqrt(0.5))
     assert abs(variance - 1) > 0.4
+
+
+def test_shared_draws_step_with_known_inputs():
+    state = {"position": np.array([1.0]), "last_noise": np.array([0.5])}
+    inputs = {"step_size": 0.02, "temperature": 4.0, "preconditioner": 1.0}
+    new = Langevin.step(state, np.array([0.5]), np.array([[1.0]]), inputs)
+    # theta + eta g + sqrt(2 eta tau) (xi_last + xi) / 2 = 1 + 0.01 + 0.4 * 0.75
+    np.testing.assert_allclose(new["position"], [1.31], rtol=1e-14)
+    np.testing.assert_array_equal(new["last_noise"], [1.0])
+
+
+def langevin_variance(integrator, step_size, gradient_noise=0.0, n_chains=20_000, n_steps=300):
+    """Variance of SGLD chains on N(0, 1) with gradient noise of variance ``gradient_noise``."""
+    rng = np.random.default_rng(2)
+    dynamics = Langevin(integrator)
+    inputs = {"step_size": step_size, "temperature": 1.0, "preconditioner": 1.0}
+    state = dynamics.initial_state(rng.normal(size=n_chains), inputs, rng)
+    for _ in range(n_steps):
+        gradient = -state["position"] + np.sqrt(gradient_noise) * rng.normal(size=n_chains)
+        state = dynamics.step(state, gradient, rng.normal(size=(1, n_chains)), inputs)
+    return state["position"].var()
+
+
+@pytest.mark.parametrize("step_size", [0.5, 1.0, 1.5])
+def test_shared_draws_sample_a_gaussian_without_discretisation_error(step_size):
+    """At every stable step size: Euler-Maruyama's variance is 1 / (1 - eta / 2) instead."""
+    monte_carlo_sd = np.sqrt(2 / 20_000)
+    averaged = langevin_variance("leimkuhler_matthews", step_size)
+    assert abs(averaged - 1.0) < 4 * monte_carlo_sd
+    euler = langevin_variance("euler_maruyama", step_size)
+    assert abs(euler - 1.0 / (1.0 - step_size / 2.0)) < 4 * monte_carlo_sd * euler
+    # Negative control: the two differ by far more than the Monte Carlo error.
+    assert euler - averaged > 20 * monte_carlo_sd
+
+
+@pytest.mark.parametrize("integrator", INTEGRATORS)
+def test_gaussian_model_predicts_the_variance_with_gradient_noise(integrator):
+    step_size, gradient_noise = 0.5, 2.0
+    averaged = integrator == "leimkuhler_matthews"
+    predicted = 1.0 + langevin_variance_inflation(step_size, 1.0, gradient_noise, averaged)
+    variance = langevin_variance(integrator, step_size, gradient_noise)
+    assert abs(variance - predicted) < 4 * np.sqrt(2 / 20_000) * predicted, (variance, predicted)

@@ -12,7 +12,9 @@ posterior's, so the relative variance inflation is linear in ``v``, hence in
 
 The posterior is :func:`pymc_sgmcmc.panel.correlated_regression` with
 independent covariates (N = 2,000; two coefficients, Gaussian, known in
-closed form). SGLD runs with a given ``step_size``, ``control_variate=False``
+closed form). SGLD runs with Euler-Maruyama's step (``integrator="euler_maruyama"``;
+the default step's shared normal draws remove the ``1 / (1 - eta a / 2)``
+factor), a given ``step_size``, ``control_variate=False``
 (the plain minibatch gradient), rows drawn with replacement
 (``replace=True``, which makes the minibatch noise independent from step to
 step) and the preconditioner set to the exact posterior variances, so the
@@ -59,6 +61,7 @@ def inflation(step_size, batch_size):
         result = pm.sample(
             step=SGLD(
                 batch_size=batch_size,
+                integrator="euler_maruyama",
                 step_size=step_size,
                 control_variate=False,
                 preconditioner=exact_sd**2,

@@ -129,6 +129,7 @@ class CyclicalLangevin(Langevin):
             raise ValueError(f"cycle_draws must be an integer >= 2, got {cycle_draws!r}.")
         if not 0 <= exploration < 1:
             raise ValueError(f"exploration must be in [0, 1), got {exploration!r}.")
+        super().__init__("euler_maruyama")
         self.cycle_draws = cycle_draws
         self.exploration = float(exploration)
         self.record_exploration = bool(record_exploration)

@@ -158,7 +158,11 @@ class ChainAdapter(Travel):
             if not start and chain.measurements is not None:
                 # Measured again (a compound step's end of tuning): a curvature
                 # a diverging tune step showed still holds.
-                measurements = replace(measurements, stiffness=chain.measurements.stiffness)
+                measurements = replace(
+                    measurements,
+                    stiffness=chain.measurements.stiffness,
+                    curvature_checked=chain.measurements.curvature_checked,
+                )
             chain.settings = self.settings(measurements)
             chain.measurements = measurements
             self.weigh_second_order(chain, rng)
@@ -415,13 +419,15 @@ class ChainAdapter(Travel):
         return True
 
     def check_curvature(self, chain: ChainState, draws: np.ndarray, rng) -> bool:
-        """Count the curvature at a window's draws in the chain's stiffness; True if it grew.
+        """Count the curvature at a window's draws in the stiffness; True if the step changed.
 
         For chains on the full data's gradient, whose step only the
         discretisation limits (:mod:`pymc_sgmcmc.tuning.curvature`): the
         largest curvature at some of the window's draws, in the metric's
         coordinates, against the largest measured (beyond a margin of
-        :data:`~pymc_sgmcmc.tuning.curvature.CURVATURE_MARGIN`).
+        :data:`~pymc_sgmcmc.tuning.curvature.CURVATURE_MARGIN`). The first
+        check also marks the curvature as checked, which lets a Gaussian
+        model with ``before_curvature_check`` take its larger steps.
         """
         settings, measurements = chain.settings, chain.measurements
         size = measurements.mode.size
@@ -431,9 +437,13 @@ class ChainAdapter(Travel):
         largest = largest_curvature(self.probe, tightest_draws(draws, log_density), factor, rng)
         measured = measurements.curvatures(factor)[1]
         if not largest > CURVATURE_MARGIN * measured:
-            return False
+            # A first check that finds no steeper curvature still counts: some
+            # integrators take larger steps once the curvature where the chain
+            # goes has been measured.
+            chain.measurements = replace(measurements, curvature_checked=True)
+            return self.settings(chain.measurements).step_size != settings.step_size
         stiffness = measurements.stiffness * largest / measured
-        chain.measurements = replace(measurements, stiffness=stiffness)
+        chain.measurements = replace(measurements, stiffness=stiffness, curvature_checked=True)
         _log.info(
             "%s: the curvature at the tune draws reaches %.3g times the largest measured; "
             "the step size is chosen for it.",

@@ -89,6 +89,9 @@ class Measurements:
         Factor on the largest measured curvature: raised where a tune step
         diverged, showing a curvature beyond the measured range (a funnel's
         neck); 1 until then.
+    curvature_checked : bool
+        Whether a tune window has measured the curvature at the chain's draws
+        (chains on the full data's gradient; see :mod:`pymc_sgmcmc.tuning.curvature`).
     """
 
     mode: np.ndarray
@@ -107,6 +110,7 @@ class Measurements:
     full_batches: bool = False
     slowness: float = 1.0
     stiffness: float = 1.0
+    curvature_checked: bool = False
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.

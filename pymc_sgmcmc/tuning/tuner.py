@@ -268,9 +268,16 @@ def choose_settings(
         for estimator in estimators:
             noise = measurements.noise(estimator, factor)
             model = base_model
+            # Only a chain on the full data's gradient has the curvature at its
+            # draws checked (tuning.curvature); until then, and on minibatches,
+            # a model may keep a margin against curvatures not measured.
+            checked = estimator == FULL_DATA and measurements.curvature_checked
+            unchecked = getattr(model, "before_curvature_check", None)
+            if unchecked is not None and not checked:
+                model = unchecked()
             if estimator != FULL_DATA:
                 model = _on_epochs(
-                    dynamics, base_model, measurements, factor, noise, epochs, temperature
+                    dynamics, model, measurements, factor, noise, epochs, temperature
                 )
             tuned = _largest_step_size(model, curvatures, noise / temperature, budget)
             step_size = constant or tuned
