@@ -150,7 +150,8 @@ class Langevin(Dynamics):
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}.")
         self.integrator = integrator
-        if integrator == "leimkuhler_matthews":
+        self.averaged_noise = integrator == "leimkuhler_matthews"
+        if self.averaged_noise:
             self.state = (StateVariable("last_noise"),)
 
     @staticmethod
@@ -166,7 +167,7 @@ class Langevin(Dynamics):
 
     def initial_state(self, position, inputs, rng):
         """Return the position and, for the shared draws, a first standard normal draw."""
-        if self.integrator == "euler_maruyama":
+        if not self.averaged_noise:
             return {"position": position}
         return {"position": position, "last_noise": rng.standard_normal(position.size)}
 
@@ -180,7 +181,7 @@ class Langevin(Dynamics):
 
     def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
         """Return SGLD's exact Gaussian model for its integrator."""
-        return _LangevinGaussian(averaged_noise=self.integrator == "leimkuhler_matthews")
+        return _LangevinGaussian(averaged_noise=self.averaged_noise)
 
 
 class SGLD(StochasticGradientStep):
