@@ -820,18 +820,8 @@ def unchecked_travel_warned(tune: int, **options) -> tuple[bool, SGLD]:
     tune draws and 5 draws; return whether PyMC got the warning that no tune window checked
     where the chain travelled, and the step."""
     panel = correlated_regression(n_rows=500, correlation=0.0)
-    with panel.model:
-        step = SGLD(batch_size=50, **options)
-        result = pm.sample(
-            step=step,
-            tune=tune,
-            draws=5,
-            chains=1,
-            random_seed=3,
-            progressbar=False,
-            compute_convergence_checks=False,
-            keep_warning_stat=True,
-        )
+    step = SGLD(batch_size=50, model=panel.model, **options)
+    result = run(step, panel.model, draws=5, tune=tune, keep_warning_stat=True)
     warnings = np.asarray(result.sample_stats["warning"]).ravel()
     warned = any(
         "where the chain travelled to" in warning.message
