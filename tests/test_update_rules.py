@@ -95,14 +95,32 @@ def test_rules_build_pytensor_graphs_with_the_same_values(dynamics_class):
         np.testing.assert_allclose(value, expected[name], rtol=1e-12)
 
 
-def stationary_variance(noise_scale_factor=1.0, step_size=0.05, n_chains=20_000, n_steps=400):
-    """Run the Langevin rule on a standard normal target with an exact gradient."""
-    rng = np.random.default_rng(1)
-    theta = rng.normal(size=n_chains)
+def langevin_variance(
+    integrator, step_size, gradient_noise=0.0, noise_scale=1.0, seed=2, n_steps=300
+):
+    """Variance of 20,000 SGLD chains on N(0, 1) after ``n_steps`` steps.
+
+    ``gradient_noise`` is the variance of noise added to the exact gradient;
+    ``noise_scale`` scales the injected normal draws (1 for the rule as it is).
+    """
+    rng = np.random.default_rng(seed)
+    dynamics = Langevin(integrator)
+    inputs = {"step_size": step_size, "temperature": 1.0, "preconditioner": 1.0}
+    state = dynamics.initial_state(rng.normal(size=20_000), inputs, rng)
     for _ in range(n_steps):
-        noise = noise_scale_factor * rng.normal(size=n_chains)
-        theta = langevin(theta, -theta, noise, step_size)
-    return theta.var()
+        gradient = -state["position"]
+        if gradient_noise:
+            gradient = gradient + np.sqrt(gradient_noise) * rng.normal(size=20_000)
+        noise = noise_scale * rng.normal(size=(1, 20_000))
+        state = dynamics.step(state, gradient, noise, inputs)
+    return state["position"].var()
+
+
+def stationary_variance(noise_scale_factor=1.0, step_size=0.05):
+    """Run the Euler-Maruyama rule on a standard normal target with an exact gradient."""
+    return langevin_variance(
+        "euler_maruyama", step_size, noise_scale=noise_scale_factor, seed=1, n_steps=400
+    )
 
 
 def test_stationary_variance_of_standard_normal_is_one():
@@ -126,18 +144,6 @@ def test_shared_draws_step_with_known_inputs():
     # theta + eta g + sqrt(2 eta tau) (xi_last + xi) / 2 = 1 + 0.01 + 0.4 * 0.75
     np.testing.assert_allclose(new["position"], [1.31], rtol=1e-14)
     np.testing.assert_array_equal(new["last_noise"], [1.0])
-
-
-def langevin_variance(integrator, step_size, gradient_noise=0.0, n_chains=20_000, n_steps=300):
-    """Variance of SGLD chains on N(0, 1) with gradient noise of variance ``gradient_noise``."""
-    rng = np.random.default_rng(2)
-    dynamics = Langevin(integrator)
-    inputs = {"step_size": step_size, "temperature": 1.0, "preconditioner": 1.0}
-    state = dynamics.initial_state(rng.normal(size=n_chains), inputs, rng)
-    for _ in range(n_steps):
-        gradient = -state["position"] + np.sqrt(gradient_noise) * rng.normal(size=n_chains)
-        state = dynamics.step(state, gradient, rng.normal(size=(1, n_chains)), inputs)
-    return state["position"].var()
 
 
 @pytest.mark.parametrize("step_size", [0.5, 1.0, 1.5])
