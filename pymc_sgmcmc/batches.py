@@ -11,37 +11,69 @@ __all__ = ["COMPACT_ROWS", "AllRows", "IndexStream", "shuffled_rows"]
 #: (half the memory: 400 MB instead of 800 MB at N = 10^8).
 COMPACT_ROWS = 2**24
 
-#: Uniform draws per piece of a shuffle, so that its memory stays small at any N.
-_SHUFFLE_PIECE = 2**16
+#: Random 64-bit words per piece of a shuffle, so that its memory stays small at any N.
+_SHUFFLE_PIECE = 2**15
+
+#: The shuffle's bounded draws take 32 random bits each, so N stays below 2**32.
+_LARGEST_SHUFFLE = 2**32
 
 
 @numba.njit(cache=True, nogil=True)
-def _swap_forward(rows, uniforms, start):  # pragma: no cover - compiled
-    """Fisher-Yates swaps of positions ``start, start + 1, ...``, one uniform draw each."""
+def _place_rows(rows, words, position):  # pragma: no cover - compiled
+    """Continue an inside-out Fisher-Yates shuffle of ``rows`` from ``position``.
+
+    Each 64-bit word gives two 32-bit values, low half first. The value ``x``
+    places row ``i = position`` at ``j = floor(x (i + 1) / 2**32)`` (Lemire's
+    multiply-shift), and is rejected when the low half of that product falls
+    below ``2**32 mod (i + 1)``, so that every ``j`` in ``0 .. i`` is equally
+    likely. Each value is used or rejected on its own, so the words may come
+    in pieces of any length. Returns the next position to fill.
+    """
     size = rows.size
-    for offset in range(uniforms.size):
-        position = start + offset
-        other = position + int(uniforms[offset] * (size - position))
-        other = min(other, size - 1)
-        value = rows[position]
+    low_mask = np.uint64(0xFFFFFFFF)
+    span = np.uint64(2**32)
+    for index in range(2 * words.size):
+        if position >= size:
+            break
+        word = words[index // 2]
+        value = word & low_mask if index % 2 == 0 else word >> np.uint64(32)
+        bound = np.uint64(position + 1)
+        product = value * bound
+        remainder = product & low_mask
+        if remainder < bound and remainder < (span - bound) % bound:
+            continue
+        other = np.int64(product >> np.uint64(32))
         rows[position] = rows[other]
-        rows[other] = value
+        rows[other] = position
+        position += 1
+    return position
 
 
 def shuffled_rows(rng: np.random.Generator, n_rows: int, dtype=np.int64) -> np.ndarray:
     """Return a uniform random permutation of ``range(n_rows)``.
 
-    A Fisher-Yates shuffle whose swap at position ``i`` goes to
-    ``i + floor(u_i (N - i))`` for the generator's uniform draws ``u_i``
-    (``rng.random``, N - 1 of them, drawn in pieces of a fixed size, the same
-    numbers as one call). About twice as fast as ``rng.permutation``, whose
-    bounded integers cost more than uniform doubles; the rounding of
-    ``u (N - i)`` favours no row by more than ``N / 2**53``.
+    An inside-out Fisher-Yates shuffle whose bounded draws take 32 bits of the
+    generator's raw 64-bit words each (``rng.bit_generator.random_raw``, drawn
+    in pieces of a fixed size, the same numbers as one call), with Lemire's
+    rejection so that no row is favoured. About twice as fast as a shuffle
+    from uniform doubles (53 bits per draw), and five times as fast as
+    ``rng.permutation``.
     """
-    rows = np.arange(n_rows, dtype=dtype)
-    for start in range(0, n_rows - 1, _SHUFFLE_PIECE):
-        uniforms = rng.random(min(_SHUFFLE_PIECE, n_rows - 1 - start))
-        _swap_forward(rows, uniforms, start)
+    if n_rows >= _LARGEST_SHUFFLE:
+        raise ValueError(
+            f"minibatches without replacement shuffle at most {_LARGEST_SHUFFLE - 1} rows, "
+            f"got {n_rows}; pass replace=True."
+        )
+    rows = np.empty(n_rows, dtype=dtype)
+    if n_rows == 0:
+        return rows
+    rows[0] = 0
+    position = 1
+    while position < n_rows:
+        # Two values per word, and a few to spare for the rare rejections.
+        needed = (n_rows - position + 1) // 2 + 1
+        words = rng.bit_generator.random_raw(min(_SHUFFLE_PIECE, needed))
+        position = _place_rows(rows, words, position)
     return rows
 
 

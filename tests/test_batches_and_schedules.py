@@ -115,3 +115,21 @@ def test_constant_schedule_and_conversion():
         as_schedule(-1.0)
     with pytest.raises(TypeError, match="PolynomialDecay"):
         as_schedule("big")
+
+
+def test_a_draw_that_would_favour_low_rows_is_rejected():
+    """Lemire's rejection: at row 2 (3 places) the value 0 is rejected, the next one is used.
+
+    Without the rejection, the values below ``2**32 mod 3`` would place the row
+    at 0 once more often than elsewhere.
+    """
+    rows = np.array([0, 1, 0], dtype=np.int64)
+    # Row 2 draws 0 (rejected), then 2**32 - 1: j = floor((2**32 - 1) 3 / 2**32) = 2.
+    words = np.array([(2**32 - 1) << 32], dtype=np.uint64)
+    assert batches._place_rows(rows, words, 2) == 3
+    np.testing.assert_array_equal(rows, [0, 1, 2])
+    # Accepted at once: the value 2**31 places row 2 at j = 1.
+    rows = np.array([0, 1, 0], dtype=np.int64)
+    words = np.array([2**31], dtype=np.uint64)
+    assert batches._place_rows(rows, words, 2) == 3
+    np.testing.assert_array_equal(rows, [0, 2, 1])
