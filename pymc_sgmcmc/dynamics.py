@@ -267,12 +267,13 @@ class Dynamics(ABC):
         """Return the per-step inputs of the steps numbered ``steps`` (by default the step size)."""
         return {"step_size": np.asarray(schedule(steps), dtype="float64")}
 
-    def draw_steps(self, schedule, first_step: int, steps: int) -> int:
+    def draw_steps(self, schedule, first_step, steps: int):
         """Return the inner steps of a draw that starts at step ``first_step``.
 
         By default ``steps``, the draw's share of the tuned steps per draw.
         Dynamics whose schedule has stages that must not end a draw (cyclical
-        SGLD's exploration) return more.
+        SGLD's exploration) return more. ``first_step`` may also be an array
+        of first steps, one per draw; the result then broadcasts to its shape.
         """
         return steps
 

@@ -195,14 +195,10 @@ class KernelRunner:
             chain.step_block = (settings, draws, n_steps, block)
             return block
         # After tuning a draw's share of the steps is the tuned steps per draw.
-        alike = 1
-        for first in chain.steps_taken + n_steps * np.arange(1, draws):
-            if (
-                self.dynamics.draw_steps(settings.step_size, first, settings.steps_per_draw)
-                != n_steps
-            ):
-                break
-            alike += 1
+        firsts = chain.steps_taken + n_steps * np.arange(1, draws)
+        lengths = self.dynamics.draw_steps(settings.step_size, firsts, settings.steps_per_draw)
+        other = np.flatnonzero(np.broadcast_to(lengths, firsts.shape) != n_steps)
+        alike = 1 + (int(other[0]) if other.size else draws - 1)
         steps = chain.steps_taken + np.arange(alike * n_steps)
         values = self.dynamics.step_values(settings.step_size, steps)
         usable = usable_step_sizes(values["step_size"].reshape(alike, n_steps), axis=1)

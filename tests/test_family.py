@@ -208,6 +208,9 @@ def test_exploration_runs_inside_the_first_draw_of_each_cycle():
     recording = CyclicalLangevin(cycle_draws=8, record_exploration=True)
     assert recording.draw_steps(schedule, 0, 5) == 5
     assert dynamics.draw_steps(ConstantStepSize(0.1), 0, 5) == 5
+    # The draws of a call ask for an array of first steps at once.
+    firsts = np.array([0, 15, 40, 3])
+    np.testing.assert_array_equal(dynamics.draw_steps(schedule, firsts, 5), [15, 5, 15, 12])
 
 
 def _cyclical_run(**options):

@@ -174,15 +174,17 @@ class CyclicalLangevin(Langevin):
 
         ``steps``, unless the draw would end while exploring: then the rest of
         the exploration stage and ``steps`` sampling steps after it. Recorded
-        exploration stages take ``steps`` per draw.
+        exploration stages take ``steps`` per draw. For an array of first
+        steps, an array of the draws' inner steps.
         """
         exploring = getattr(schedule, "exploring", None)
-        last = first_step + steps - 1
-        if self.record_exploration or exploring is None or not exploring(last):
+        if self.record_exploration or exploring is None:
             return steps
+        last = np.asarray(first_step) + steps - 1
         cycle_start = last - last % schedule.cycle_length
         sampling_start = cycle_start + int(np.ceil(schedule.exploration * schedule.cycle_length))
-        return int(sampling_start - first_step + steps)
+        lengths = np.where(exploring(last), sampling_start - first_step + steps, steps)
+        return int(lengths) if lengths.ndim == 0 else lengths
 
     def step_values(self, schedule, steps):
         """Return the step sizes and the noise switch (off while exploring)."""
