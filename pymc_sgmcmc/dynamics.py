@@ -281,6 +281,13 @@ class Dynamics(ABC):
         """Return the advice of the warning when no step size meets the bias budget."""
         return "use control_variate=True, a larger batch_size or a larger bias_budget"
 
+    def stiffness_advice(self) -> str:
+        """Return the advice when the spread of the curvatures, not the noise, slows the chain."""
+        return (
+            "reparameterise the model so that its scales are closer (a hierarchical scale "
+            "near 0 spreads them most), or use a larger bias_budget"
+        )
+
     def check_size(self, size: int) -> None:  # noqa: B027 (optional hook)
         """Raise ValueError if an option does not fit ``size`` coordinates (none by default)."""
 

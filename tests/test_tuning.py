@@ -227,6 +227,24 @@ def test_slow_chains_are_advised_control_variates_only_where_they_were_not_weigh
     assert any("control_variate=True" in message for message in plain.warnings)
 
 
+@pytest.mark.parametrize("dynamics", [Langevin(), Underdamped()], ids=["SGLD", "SGHMC"])
+def test_slow_chains_whose_curvatures_spread_are_not_advised_larger_batches(dynamics):
+    """Where the noise is not what keeps the steps small, the warning names the curvatures' spread.
+
+    A curvature 10^4 times the Laplace picture's (a funnel's neck met by the
+    tune draws) with almost no gradient noise: a larger batch would not
+    shorten the relaxation. Overdamped samplers are also pointed to SGHMC.
+    """
+    measurements = replace(gaussian_measurements(noise=1e-6), stiffness=1e4)
+    config = TuningConfig(slow_relaxation=10.0)
+    settings = choose_settings(dynamics, measurements, choices(), config)
+    (warning,) = [message for message in settings.warnings if "decorrelates" in message]
+    assert "1e+04 times the smallest" in warning
+    assert "with any batch_size" in warning
+    assert "larger batch_size" not in warning
+    assert ("or SGHMC" in warning) == isinstance(dynamics, Langevin)
+
+
 @pytest.mark.parametrize("automatic", [False, True], ids=["given", "automatic"])
 def test_a_travelling_chain_leaves_the_second_order_control_variate_behind(automatic):
     # It extrapolates the curvature at the centre, which a travelling chain leaves.

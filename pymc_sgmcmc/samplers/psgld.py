@@ -59,7 +59,7 @@ import pytensor.tensor as pt
 from pytensor.gradient import jacobian
 
 from pymc_sgmcmc.dynamics import ChainInput, Dynamics, StateVariable
-from pymc_sgmcmc.samplers.sgld import langevin_variance_inflation
+from pymc_sgmcmc.samplers.sgld import MOMENTUM_ADVICE, langevin_variance_inflation
 from pymc_sgmcmc.step_method import StochasticGradientStep
 
 __all__ = ["PSGLD", "RMSpropLangevin"]
@@ -230,6 +230,10 @@ class RMSpropLangevin(Dynamics):
         """Return the settled-preconditioner model (see the module docstring)."""
         memory = None if self.decay is None else 1.0 / (1.0 - self.decay)
         return _RMSpropGaussian(self.regularizer, temperature, *curvatures, memory)
+
+    def stiffness_advice(self):
+        """Also name SGHMC, whose momentum relaxes faster across spread curvatures."""
+        return f"{super().stiffness_advice()}, {MOMENTUM_ADVICE}"
 
     def over_budget_advice(self):
         """Return the advice when no step size meets the budget."""

@@ -132,6 +132,11 @@ class _LangevinGaussian:
         return {}
 
 
+#: For overdamped samplers slowed by spread curvatures: momentum relaxes over
+#: the square root of the spread's inner steps instead of the spread's.
+MOMENTUM_ADVICE = "or SGHMC, whose relaxation grows only as the square root of that ratio"
+
+
 class Langevin(Dynamics):
     """Overdamped Langevin dynamics with a constant diagonal preconditioner.
 
@@ -182,6 +187,10 @@ class Langevin(Dynamics):
     def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
         """Return SGLD's exact Gaussian model for its integrator."""
         return _LangevinGaussian(averaged_noise=self.averaged_noise)
+
+    def stiffness_advice(self):
+        """Also name SGHMC, whose momentum relaxes faster across spread curvatures."""
+        return f"{super().stiffness_advice()}, {MOMENTUM_ADVICE}"
 
 
 class SGLD(StochasticGradientStep):

@@ -322,20 +322,12 @@ def choose_settings(
         schedule = dynamics.schedule(step_size, steps_per_draw)
     else:
         schedule = given
-    if given is None:
-        if predicted_relaxation > config.slow_relaxation:
-            # Where the control variate was a candidate, its noise was weighed
-            # already: forcing it would not shorten the relaxation.
-            advice = (
-                "a larger batch_size or a larger bias_budget"
-                if "control_variate" in choices.estimators
-                else "control_variate=True, a larger batch_size or a larger bias_budget"
-            )
-            warnings.append(
-                f"{sampler_name}: meeting the bias budget needs step size {step_size:.3g}, so "
-                f"the chain decorrelates only every ~{predicted_relaxation:.0f} inner steps; "
-                f"use {advice}."
-            )
+    if given is None and predicted_relaxation > config.slow_relaxation:
+        warnings.append(
+            _slow_warning(
+                dynamics, model, curvatures, noise / temperature, budget, step_size, choices
+            ).format(sampler=sampler_name, relaxation=predicted_relaxation)
+        )
     inflation = np.nan
     if constant is not None or given is None:
         inflation = _worst_inflation(model, step_size, curvatures, noise / temperature)
@@ -381,6 +373,35 @@ def choose_settings(
         warnings,
         metric,
         float(relaxation),
+    )
+
+
+def _slow_warning(dynamics, model, curvatures, noise, budget, step_size, choices) -> str:
+    """Return the warning for a chain that relaxes slowly, with ``{sampler}`` and ``{relaxation}``.
+
+    Where the step without any gradient noise would be less than twice as
+    large, the spread of the curvatures, not the noise, keeps the steps
+    small: a larger batch or a control variate would not shorten the
+    relaxation, a posterior whose scales are closer would.
+    """
+    if step_size >= 0.5 * _largest_step_size(model, curvatures, 0.0, budget):
+        spread = curvatures.max() / curvatures.min()
+        return (
+            "{sampler}: the steps must suit the largest curvature, "
+            f"{spread:.3g} times the smallest in the metric's coordinates, so at step size "
+            f"{step_size:.3g} the chain decorrelates only every ~{{relaxation:.0f}} inner "
+            f"steps, with any batch_size; {dynamics.stiffness_advice()}."
+        )
+    # Where the control variate was a candidate, its noise was weighed
+    # already: forcing it would not shorten the relaxation.
+    advice = (
+        "a larger batch_size or a larger bias_budget"
+        if "control_variate" in choices.estimators
+        else "control_variate=True, a larger batch_size or a larger bias_budget"
+    )
+    return (
+        f"{{sampler}}: meeting the bias budget needs step size {step_size:.3g}, so the "
+        f"chain decorrelates only every ~{{relaxation:.0f}} inner steps; use {advice}."
     )
 
 
