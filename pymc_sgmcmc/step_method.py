@@ -570,7 +570,7 @@ class StochasticGradientStep(ArrayStepShared):
             # After tuning, from where the last draw ended: the next draw the
             # kernel ran ahead, unless it stopped or vanished.
             result, n_steps, step_size = chain.ahead[-1]
-            if result.steps_taken == n_steps and math.isfinite(result.log_density):
+            if result.steps_taken == n_steps and self._landed(result.log_density) is None:
                 chain.ahead.pop()
                 chain.state = result.state
                 chain.steps_taken += n_steps
@@ -623,8 +623,9 @@ class StochasticGradientStep(ArrayStepShared):
         chain.steps_since_refresh += result.steps_taken
         stopped = result.steps_taken < n_steps
         # A draw that ends where the density vanishes (a finite state far out
-        # in the tails) is no draw either.
-        vanished = not math.isfinite(result.log_density)
+        # in the tails), or far below the last draw's, is no draw either.
+        fall = self._landed(result.log_density)
+        vanished = fall is not None
         if stopped or vanished:
             failed_step = step_sizes[min(result.steps_taken, n_steps - 1)]
             taken_back = self.tune and (
@@ -637,7 +638,7 @@ class StochasticGradientStep(ArrayStepShared):
                 # A curvature beyond the measured range: smaller steps from the last draw.
                 self._start_from(position, self.adapter.tune_diverged(chain, failed_step))
             else:
-                what = "the state or its gradient" if stopped else "the log density"
+                what = "the state or its gradient became non-finite" if stopped else fall
                 self._diverge(failed_step, what)
                 chain.ahead.clear()
             if taken_back or vanished:
@@ -646,9 +647,26 @@ class StochasticGradientStep(ArrayStepShared):
                 return RaveledVars(position, q0.point_map_info), [stats]
         return self._record(q0, result, n_steps, step_sizes[-1])
 
+    def _landed(self, log_density: float) -> str | None:
+        """Return what went wrong where a draw ends at ``log_density``; None where nothing did.
+
+        A draw diverged where its log density is not finite, or where it is
+        exact (steps on all N rows) and falls more than
+        ``TuningConfig.log_density_drop`` plus D below the last draw's.
+        """
+        if not math.isfinite(log_density):
+            return "the log density became non-finite"
+        chain = self.chain
+        fall = chain.last_log_density - log_density
+        if fall > self.tuning.log_density_drop + chain.state["position"].size:
+            return f"the log density fell by {fall:.3g} in one draw"
+        return None
+
     def _record(self, q0, result, n_steps: int, step_size) -> tuple[RaveledVars, list[dict]]:
         """Return ``result``, a draw of ``n_steps`` steps the chain took, with its statistics."""
         chain = self.chain
+        exact = chain.settings.estimator == FULL_DATA or chain.batches.full
+        chain.last_log_density = result.log_density if exact else np.nan
         stats = self._stats(
             step_size,
             result.log_density,
@@ -667,7 +685,9 @@ class StochasticGradientStep(ArrayStepShared):
         chain.last_draw = (chain.settings.metric, result.position, chain.state["position"])
         return RaveledVars(result.position, q0.point_map_info), [stats]
 
-    def _diverge(self, step_size: float, what: str = "the state or its gradient") -> None:
+    def _diverge(
+        self, step_size: float, what: str = "the state or its gradient became non-finite"
+    ) -> None:
         self.chain.diverged = True
         advice = "Reduce step_size."
         if self.choices.step_size is None:
@@ -679,7 +699,7 @@ class StochasticGradientStep(ArrayStepShared):
                 "model non-centred)."
             )
         message = (
-            f"{type(self).__name__}: {what} became non-finite after "
+            f"{type(self).__name__}: {what} after "
             f"{self.chain.steps_taken} inner steps at step size {step_size:.3g}; the chain stops "
             f"moving. {advice}"
         )

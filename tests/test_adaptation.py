@@ -27,7 +27,7 @@ from pymc_sgmcmc.samplers.sgld import Langevin
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices, find_mode, measure
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.curvature import largest_curvature, tightest_draws
-from pymc_sgmcmc.tuning.measure import laplace, measure_noise, with_second_order
+from pymc_sgmcmc.tuning.measure import FULL_DATA, laplace, measure_noise, with_second_order
 
 
 @pytest.fixture(scope="module")
@@ -812,6 +812,48 @@ def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back(monkeypa
     )
     assert np.all(np.abs(mu) < 100)
     assert mu[0] != panel.model.initial_point()["mu"]
+    assert not np.asarray(result.sample_stats["diverging"]).any()
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "fall", "taken_back"),
+    [(500, 1e6, True), (500, 500.0, False), (50, 1e6, False)],
+    ids=["blew-up", "within-reach", "minibatch-estimate"],
+)
+def test_a_tune_draw_whose_exact_log_density_falls_too_far_is_taken_back(
+    monkeypatch, batch_size, fall, taken_back
+):
+    """Exact gradients (all 500 rows in every batch) on a logistic regression, the second draw
+    made to end with a finite log density ``fall`` below the first's. Steps sized for the
+    curvatures at the mode can blow up where the chain goes without overflowing: one chain of
+    the validation panel (the non-centred radon-like model) ended a draw at log density
+    -7.8e65, and every step from there diverged. A fall of more than
+    ``log_density_drop + D`` (1,010 here) is taken back like a divergence; a fall of 500, more
+    than a chain at its stationary law moves but within reach of one on its way from the mode,
+    is kept. On minibatches the log density is an estimate, whose error grows with N / B past
+    any such bound, so nothing is compared."""
+    panel = logistic_regression(n_rows=500)
+    step = SGHMC(batch_size=batch_size, model=panel.model)
+    run_kernel, calls = step.runner.run, []
+
+    def second_falls(*arguments):
+        result = run_kernel(*arguments)
+        calls.append(result)
+        if len(calls) != 2:
+            return result
+        return replace(result, log_density=calls[0].log_density - fall)
+
+    monkeypatch.setattr(step.runner, "run", second_falls)
+    result = run(step, panel.model, draws=1, tune=4, seed=0, discard_tuned_samples=False)
+    second = result.warmup_sample_stats["log_density"].values[0, 1]
+    if taken_back:
+        assert np.isnan(second)
+        assert step.chain.measurements.stiffness == TuningConfig().stiffening
+    else:
+        assert second == pytest.approx(calls[0].log_density - fall)
+        assert step.chain.measurements.stiffness == 1.0
+    if batch_size < 500:
+        assert step.chain.settings.estimator != FULL_DATA
     assert not np.asarray(result.sample_stats["diverging"]).any()
 
 

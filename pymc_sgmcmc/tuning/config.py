@@ -130,6 +130,13 @@ class TuningConfig:
     max_stiffness : float
         The largest such factor in all; a chain that diverges beyond it stops,
         as after tuning.
+    log_density_drop : float
+        A draw whose exact log density (steps on all rows) falls by more than
+        this plus D below the last draw's diverged, though it stayed finite:
+        a chain at its stationary law moves its log density by about
+        ``sqrt(D)`` from draw to draw, and by about ``D / 2`` on its way from
+        the mode to the posterior's mass (PyMC's NUTS counts an energy error
+        above 1,000 as a divergence).
     dense_size : int
         Most coordinates for which a dense metric is a candidate; beyond, a
         low-rank one is.
@@ -187,6 +194,7 @@ class TuningConfig:
     second_order_relaxation: float = 100.0
     stiffening: float = 4.0
     max_stiffness: float = 4.0**5
+    log_density_drop: float = 1000.0
     dense_size: int = 200
     low_rank: int = 10
     low_rank_spread: float = 2.0

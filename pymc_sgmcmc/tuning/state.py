@@ -85,6 +85,10 @@ class ChainState:
     full_data_checked : bool
         Whether a tune window has closed on draws taken with the full data's
         gradient, checking its settings where the chain went.
+    last_log_density : float
+        The log density at the chain's last draw where its steps read all N
+        rows (so that it is exact), NaN otherwise: a draw whose exact log
+        density falls far below it blew up without overflowing.
     """
 
     batches: IndexStream
@@ -112,3 +116,4 @@ class ChainState:
     step_block: tuple | None = None
     all_rows: AllRows | None = None
     full_data_checked: bool = False
+    last_log_density: float = np.nan
