@@ -652,13 +652,15 @@ class StochasticGradientStep(ArrayStepShared):
 
         A draw diverged where its log density is not finite, or where it is
         exact (steps on all N rows) and falls more than
-        ``TuningConfig.log_density_drop`` plus D below the last draw's.
+        ``TuningConfig.log_density_drop`` plus D below the last draw's (times
+        the temperature above 1, which spreads the draws' log densities).
         """
         if not math.isfinite(log_density):
             return "the log density became non-finite"
         chain = self.chain
         fall = chain.last_log_density - log_density
-        if fall > self.tuning.log_density_drop + chain.state["position"].size:
+        reach = self.tuning.log_density_drop + chain.state["position"].size
+        if fall > reach * max(1.0, self.choices.temperature):
             return f"the log density fell by {fall:.3g} in one draw"
         return None
 

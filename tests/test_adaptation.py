@@ -816,12 +816,18 @@ def test_a_tune_draw_that_ends_where_the_density_vanishes_is_taken_back(monkeypa
 
 
 @pytest.mark.parametrize(
-    ("batch_size", "fall", "taken_back"),
-    [(500, 1e6, True), (500, 500.0, False), (50, 1e6, False)],
-    ids=["blew-up", "within-reach", "minibatch-estimate"],
+    ("batch_size", "fall", "temperature", "taken_back"),
+    [
+        (500, 1e6, 1.0, True),
+        (500, 500.0, 1.0, False),
+        (50, 1e6, 1.0, False),
+        (500, 2000.0, 1.0, True),
+        (500, 2000.0, 3.0, False),
+    ],
+    ids=["blew-up", "within-reach", "minibatch-estimate", "beyond-reach", "heated"],
 )
 def test_a_tune_draw_whose_exact_log_density_falls_too_far_is_taken_back(
-    monkeypatch, batch_size, fall, taken_back
+    monkeypatch, batch_size, fall, temperature, taken_back
 ):
     """Exact gradients (all 500 rows in every batch) on a logistic regression, the second draw
     made to end with a finite log density ``fall`` below the first's. Steps sized for the
@@ -830,10 +836,11 @@ def test_a_tune_draw_whose_exact_log_density_falls_too_far_is_taken_back(
     -7.8e65, and every step from there diverged. A fall of more than
     ``log_density_drop + D`` (1,010 here) is taken back like a divergence; a fall of 500, more
     than a chain at its stationary law moves but within reach of one on its way from the mode,
-    is kept. On minibatches the log density is an estimate, whose error grows with N / B past
-    any such bound, so nothing is compared."""
+    is kept, and so is a fall of 2,000 at temperature 3, whose draws' log densities spread
+    three times as far. On minibatches the log density is an estimate, whose error grows with
+    N / B past any such bound, so nothing is compared."""
     panel = logistic_regression(n_rows=500)
-    step = SGHMC(batch_size=batch_size, model=panel.model)
+    step = SGHMC(batch_size=batch_size, temperature=temperature, model=panel.model)
     run_kernel, calls = step.runner.run, []
 
     def second_falls(*arguments):

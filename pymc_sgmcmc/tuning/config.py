@@ -136,7 +136,8 @@ class TuningConfig:
         a chain at its stationary law moves its log density by about
         ``sqrt(D)`` from draw to draw, and by about ``D / 2`` on its way from
         the mode to the posterior's mass (PyMC's NUTS counts an energy error
-        above 1,000 as a divergence).
+        above 1,000 as a divergence). At a temperature above 1 the bound is
+        that many times larger, as the log densities spread.
     dense_size : int
         Most coordinates for which a dense metric is a candidate; beyond, a
         low-rank one is.
