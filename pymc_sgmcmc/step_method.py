@@ -647,6 +647,10 @@ class StochasticGradientStep(ArrayStepShared):
                 return RaveledVars(position, q0.point_map_info), [stats]
         return self._record(q0, result, n_steps, step_sizes[-1])
 
+    def _exact(self) -> bool:
+        """Return whether the chain's draws read all N rows, so that their log density is exact."""
+        return self.chain.settings.estimator == FULL_DATA or self.chain.batches.full
+
     def _landed(self, log_density: float) -> str | None:
         """Return what went wrong where a draw ends at ``log_density``; None where nothing did.
 
@@ -658,6 +662,9 @@ class StochasticGradientStep(ArrayStepShared):
         if not math.isfinite(log_density):
             return "the log density became non-finite"
         chain = self.chain
+        if not self._exact():
+            # An estimate, or an exact value after an estimate: nothing to compare.
+            return None
         fall = chain.last_log_density - log_density
         reach = self.tuning.log_density_drop + chain.state["position"].size
         if fall > reach * max(1.0, self.choices.temperature):
@@ -667,8 +674,7 @@ class StochasticGradientStep(ArrayStepShared):
     def _record(self, q0, result, n_steps: int, step_size) -> tuple[RaveledVars, list[dict]]:
         """Return ``result``, a draw of ``n_steps`` steps the chain took, with its statistics."""
         chain = self.chain
-        exact = chain.settings.estimator == FULL_DATA or chain.batches.full
-        chain.last_log_density = result.log_density if exact else np.nan
+        chain.last_log_density = result.log_density if self._exact() else np.nan
         stats = self._stats(
             step_size,
             result.log_density,

@@ -864,6 +864,19 @@ def test_a_tune_draw_whose_exact_log_density_falls_too_far_is_taken_back(
     assert not np.asarray(result.sample_stats["diverging"]).any()
 
 
+def test_a_minibatch_draw_after_an_exact_one_is_not_compared_with_it():
+    """Settings that leave the full data for minibatches (as at the end of tuning, where no
+    window checked the full data's) make the next draw's log density an estimate: a fall from
+    the last exact one, however large, is no divergence."""
+    panel = logistic_regression(n_rows=500)
+    step = SGHMC(batch_size=50, model=panel.model)
+    run(step, panel.model, draws=2, tune=2, seed=0)
+    assert step.chain.settings.estimator != FULL_DATA
+    step.chain.last_log_density = -100.0
+    assert step._landed(-1e6) is None
+    assert step._landed(-np.inf) == "the log density became non-finite"
+
+
 def unchecked_travel_warned(tune: int, **options) -> tuple[bool, SGLD]:
     """Sample the uncorrelated regression with ``SGLD(batch_size=50, **options)`` for ``tune``
     tune draws and 5 draws; return whether PyMC got the warning that no tune window checked
