@@ -325,8 +325,15 @@ def choose_settings(
     if given is None and predicted_relaxation > config.slow_relaxation:
         warnings.append(
             _slow_warning(
-                dynamics, model, curvatures, noise / temperature, budget, step_size, choices
-            ).format(sampler=sampler_name, relaxation=predicted_relaxation)
+                dynamics,
+                model,
+                curvatures,
+                budget,
+                step_size,
+                predicted_relaxation,
+                choices,
+                sampler_name,
+            )
         )
     inflation = np.nan
     if constant is not None or given is None:
@@ -376,21 +383,23 @@ def choose_settings(
     )
 
 
-def _slow_warning(dynamics, model, curvatures, noise, budget, step_size, choices) -> str:
-    """Return the warning for a chain that relaxes slowly, with ``{sampler}`` and ``{relaxation}``.
+def _slow_warning(
+    dynamics, model, curvatures, budget, step_size, relaxation, choices, sampler_name
+) -> str:
+    """Return the warning for a chain that relaxes over ``relaxation`` inner steps.
 
     Where the step without any gradient noise would be less than twice as
     large, the spread of the curvatures, not the noise, keeps the steps
     small: a larger batch or a control variate would not shorten the
     relaxation, a posterior whose scales are closer would.
     """
+    slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
     if step_size >= 0.5 * _largest_step_size(model, curvatures, 0.0, budget):
         spread = curvatures.max() / curvatures.min()
         return (
-            "{sampler}: the steps must suit the largest curvature, "
-            f"{spread:.3g} times the smallest in the metric's coordinates, so at step size "
-            f"{step_size:.3g} the chain decorrelates only every ~{{relaxation:.0f}} inner "
-            f"steps, with any batch_size; {dynamics.stiffness_advice()}."
+            f"{sampler_name}: the steps must suit the largest curvature, {spread:.3g} times "
+            f"the smallest in the metric's coordinates, so at step size {step_size:.3g} {slow}, "
+            f"with any batch_size; {dynamics.stiffness_advice()}."
         )
     # Where the control variate was a candidate, its noise was weighed
     # already: forcing it would not shorten the relaxation.
@@ -400,8 +409,8 @@ def _slow_warning(dynamics, model, curvatures, noise, budget, step_size, choices
         else "control_variate=True, a larger batch_size or a larger bias_budget"
     )
     return (
-        f"{{sampler}}: meeting the bias budget needs step size {step_size:.3g}, so the "
-        f"chain decorrelates only every ~{{relaxation:.0f}} inner steps; use {advice}."
+        f"{sampler_name}: meeting the bias budget needs step size {step_size:.3g}, so {slow}; "
+        f"use {advice}."
     )
 
 
