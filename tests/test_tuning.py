@@ -17,6 +17,7 @@ from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
+from pymc_sgmcmc.tuning.tuner import _largest_step_size
 
 N_CHAINS = 40_000
 # Monte Carlo sd of a variance estimated from N_CHAINS independent chains.
@@ -167,6 +168,35 @@ def test_chosen_step_size_meets_the_budget_at_the_actual_temperature(
     # friction caps the step at 1 / friction).
     at_bound = step_size == pytest.approx(model.largest_step_size(1.0))
     assert inflation == pytest.approx(0.05, rel=1e-6) or (at_bound and inflation < 0.05)
+
+
+class _PowerInflation:
+    """A Gaussian model whose inflation is ``(step_size * largest curvature) ** power``."""
+
+    def __init__(self, power):
+        self.power = power
+
+    def largest_step_size(self, curvature):
+        return 2.0 / curvature
+
+    def largest_inflation(self, step_size, curvatures, noise):
+        return (step_size * curvatures.max()) ** self.power
+
+
+@pytest.mark.parametrize("power", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("budget", [1e-4, 0.05, 0.3, 1.0])
+def test_the_step_size_search_ends_within_the_budget_next_to_the_root(power, budget):
+    curvatures = np.geomspace(1.0, 40.0, 5)
+    model = _PowerInflation(power)
+    root = budget ** (1 / power) / 40.0
+    step_size = _largest_step_size(model, curvatures, 0.0, budget)
+    assert model.largest_inflation(step_size, curvatures, 0.0) <= budget
+    assert step_size == pytest.approx(root, rel=1e-9)
+
+
+def test_a_step_size_within_the_budget_everywhere_is_the_largest_stable_one():
+    curvatures = np.geomspace(1.0, 40.0, 5)
+    assert _largest_step_size(_PowerInflation(1.0), curvatures, 0.0, 3.0) == 2.0 / 40.0
 
 
 def test_colder_chains_take_smaller_steps():

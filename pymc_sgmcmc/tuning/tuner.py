@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.optimize import brentq
 
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.metric import IdentityMetric, Metric, metric_from_covariance
@@ -149,8 +150,18 @@ def _worst_inflation(model, step_size, curvatures, noise) -> float:
     return max(model.inflation(step_size, a, noise) for a in curvatures)
 
 
+#: Precision of the tuned step size's logarithm (a relative precision of the step).
+_STEP_PRECISION = 1e-10
+
+
 def _largest_step_size(model, curvatures, noise, budget):
-    """Largest step size whose inflation is within ``budget`` at every curvature (bisection)."""
+    """Largest step size whose inflation is within ``budget`` at every curvature.
+
+    Steps a tenth apart, down from the largest stable one, bracket the
+    largest step within the budget; Brent's method then finds it in log
+    space, and it is moved down by twice the precision so that it stays on
+    the budget's side of the root.
+    """
 
     def worst(step_size):
         return _worst_inflation(model, step_size, curvatures, noise)
@@ -158,8 +169,13 @@ def _largest_step_size(model, curvatures, noise, budget):
     high = model.largest_step_size(curvatures.max())
     if worst(high) <= budget:
         return high
-    low = high * 1e-12
-    if worst(low) > budget:
+    for _ in range(12):
+        low = high / 10
+        if worst(low) <= budget:
+            break
+        high = low
+    else:
+        high = model.largest_step_size(curvatures.max())
         # Inflation that grows as the step shrinks (e.g. a preconditioner
         # whose memory is short against the chain's relaxation): take the
         # largest step of a log grid within the budget, or the least inflated.
@@ -172,13 +188,14 @@ def _largest_step_size(model, curvatures, noise, budget):
         high = grid[min(within[-1] + 1, grid.size - 1)]
         if low == high:
             return float(low)
-    while high > (1.0 + 1e-9) * low:
-        middle = np.sqrt(low * high)
-        if worst(middle) <= budget:
-            low = middle
-        else:
-            high = middle
-    return low
+    root = brentq(
+        lambda log_step: worst(np.exp(log_step)) - budget,
+        np.log(low),
+        np.log(high),
+        xtol=_STEP_PRECISION,
+    )
+    step_size = float(np.exp(root - 2 * _STEP_PRECISION))
+    return step_size if worst(step_size) <= budget else float(low)
 
 
 def choose_settings(
