@@ -256,10 +256,13 @@ class Dynamics(ABC):
         """
         return None
 
-    def schedule(self, step_size: float, steps_per_draw: int):
+    def schedule(self, step_size: float, steps_per_draw: int, relaxation: float = np.nan):
         """Return the schedule a tuned or given constant step size runs as.
 
         By default the step size itself (:class:`~pymc_sgmcmc.ConstantStepSize`).
+        ``relaxation`` is the predicted inner steps over which the chain's
+        slowest mode decays by e (NaN where nothing was measured), for
+        schedules whose stages must span it.
         """
         return ConstantStepSize(step_size)
 

@@ -84,7 +84,10 @@ class CyclicalStepSize:
         \eta_t = \frac{\eta_{\max}}{2} \left(\cos(\pi r_t) + 1\right),
 
     and step :math:`t` belongs to the exploration stage while
-    :math:`r_t < \beta`.
+    :math:`r_t < \beta`. The first ``settling`` steps of the sampling stage
+    after it carry the chain from where exploration left it (a mode, which
+    may lie far from the posterior's mass) back to its stationary law: they
+    run with noise, but end no kept draw.
 
     Parameters
     ----------
@@ -94,11 +97,14 @@ class CyclicalStepSize:
         Inner steps per cycle, :math:`L`.
     exploration : float, default 0.5
         Fraction :math:`\beta` of every cycle spent exploring.
+    settling : int, default 0
+        Sampling steps after each exploration stage that end no kept draw.
     """
 
     maximum: float
     cycle_length: int
     exploration: float = 0.5
+    settling: int = 0
 
     def __post_init__(self):
         if not np.isfinite(self.maximum) or self.maximum <= 0:
@@ -107,6 +113,11 @@ class CyclicalStepSize:
             raise ValueError(f"cycle_length must be a positive integer, got {self.cycle_length!r}.")
         if not 0 <= self.exploration < 1:
             raise ValueError(f"exploration must be in [0, 1), got {self.exploration!r}.")
+        if int(self.settling) < 0 or self.sampling_start + self.settling >= self.cycle_length:
+            raise ValueError(
+                f"settling must leave steps of the sampling stage to keep: between 0 and "
+                f"{self.cycle_length - self.sampling_start - 1}, got {self.settling!r}."
+            )
 
     def position(self, step: np.ndarray) -> np.ndarray:
         """Return :math:`r_t`, the fraction of its cycle before step ``step``."""
@@ -119,6 +130,19 @@ class CyclicalStepSize:
     def exploring(self, step: np.ndarray) -> np.ndarray:
         """Return whether the steps numbered ``step`` belong to the exploration stage."""
         return self.position(step) < self.exploration
+
+    @property
+    def sampling_start(self) -> int:
+        """Return the first step of a cycle's sampling stage, counted from the cycle's start."""
+        return int(np.ceil(self.exploration * self.cycle_length))
+
+    def kept(self, step: np.ndarray) -> np.ndarray:
+        """Return whether a draw may end at the steps numbered ``step``.
+
+        Not while exploring, nor in the settling steps after it.
+        """
+        settled = np.mod(np.asarray(step), self.cycle_length) >= self.sampling_start + self.settling
+        return settled & ~self.exploring(step)
 
     @property
     def sampling_maximum(self) -> float:

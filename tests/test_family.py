@@ -23,7 +23,7 @@ from pymc_sgmcmc import SGLD, SGNHT, ConstantStepSize, CyclicalSGLD, CyclicalSte
 from pymc_sgmcmc.estimators import minibatch_gradient
 from pymc_sgmcmc.kernel import Kernel
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
-from pymc_sgmcmc.samplers.cyclical import CyclicalLangevin
+from pymc_sgmcmc.samplers.cyclical import SETTLING_RELAXATIONS, CyclicalLangevin
 from pymc_sgmcmc.samplers.psgld import RMSpropLangevin
 from pymc_sgmcmc.samplers.sgld import Langevin
 from pymc_sgmcmc.samplers.sgnht import Thermostat
@@ -189,10 +189,47 @@ def test_cyclical_schedule_and_noise_switch():
     # No noise while exploring: a step at temperature 1 with zero gradient stays put.
     inputs = dynamics.chain_inputs(np.ones(2), 1.0, {})
     state = dynamics.initial_state(np.zeros(2), inputs, np.random.default_rng(0))
-    step = {**inputs, "step_size": 0.5, "noise_scale": 0.0}
+    step = {**inputs, "step_size": 0.5, "noise_scale": 0.0, "kept": 0.0}
     new = dynamics.step(state, np.zeros(2), np.ones((1, 2)), step)
     np.testing.assert_array_equal(new["position"], np.zeros(2))
     assert new["exploring"] == 1.0
+
+
+def test_cycles_span_the_relaxation_and_settle_after_exploring():
+    dynamics = CyclicalLangevin(cycle_draws=10, exploration=0.25)
+    # A relaxation within a draw's steps: cycles of cycle_draws draws, and
+    # SETTLING_RELAXATIONS relaxations of settling after exploring.
+    schedule = dynamics.schedule(0.1, steps_per_draw=10, relaxation=8.0)
+    assert schedule.cycle_length == 100
+    assert schedule.settling == int(np.ceil(SETTLING_RELAXATIONS * 8.0))
+    # A relaxation beyond the steps per draw: the cycle spans cycle_draws relaxations.
+    long = dynamics.schedule(0.1, steps_per_draw=10, relaxation=25.0)
+    assert long.cycle_length == 10 * 10 * 3 and long.settling == 75
+    # Settling takes at most half the sampling stage.
+    short = CyclicalLangevin(cycle_draws=2, exploration=0.5).schedule(0.1, 10, 10.0)
+    assert short.settling == 5
+    steps = np.arange(200)
+    kept = schedule.kept(steps)
+    np.testing.assert_array_equal(kept, steps % 100 >= 25 + schedule.settling)
+    assert not (kept & schedule.exploring(steps)).any()
+    # Settling steps run with noise; a draw may not end at them.
+    values = dynamics.step_values(schedule, steps)
+    np.testing.assert_array_equal(values["noise_scale"], 1.0 - schedule.exploring(steps))
+    np.testing.assert_array_equal(values["kept"], kept)
+    # The first draw of a cycle explores, settles, then takes its own steps.
+    assert dynamics.draw_steps(schedule, 0, 10) == 25 + schedule.settling + 10
+    assert dynamics.draw_steps(schedule, 20, 10) == 25 + schedule.settling - 20 + 10
+    assert dynamics.draw_steps(schedule, 49, 10) == 10
+    # Recorded, the settling draws are marked as exploring.
+    inputs = dynamics.chain_inputs(np.ones(2), 1.0, {})
+    state = dynamics.initial_state(np.zeros(2), inputs, np.random.default_rng(0))
+    settling_step = {**inputs, "step_size": 0.1, "noise_scale": 1.0, "kept": 0.0}
+    assert dynamics.step(state, np.zeros(2), np.ones((1, 2)), settling_step)["exploring"] == 1.0
+
+
+def test_a_given_cyclical_schedule_leaves_room_for_kept_draws():
+    with pytest.raises(ValueError, match="settling must leave steps"):
+        CyclicalStepSize(1.0, cycle_length=40, exploration=0.25, settling=30)
 
 
 def test_exploration_runs_inside_the_first_draw_of_each_cycle():
@@ -219,37 +256,44 @@ def _cyclical_run(**options):
     with pm.Model():
         beta = pm.Normal("beta", 0, 1)
         pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
-        return pm.sample(
+        step = CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25, **options)
+        result = pm.sample(
             draws=80,
             tune=20,
-            step=CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25, **options),
+            step=step,
             chains=2,
             cores=1,
             random_seed=2,
             progressbar=False,
             compute_convergence_checks=False,
         )
+        return result, step.chain.settings.step_size
 
 
 def test_by_default_every_recorded_draw_is_a_sampling_draw():
-    result = _cyclical_run()
+    result, schedule = _cyclical_run()
     assert not np.asarray(result.sample_stats["exploring"]).any()
     steps = np.asarray(result.sample_stats["steps_per_draw"])
     usual = np.median(steps)
-    # One long draw per cycle, 6 draws a cycle: the exploration stage is two
-    # draws' worth of steps, less the steps by which the chain's cycles are
-    # out of step with its draws after tuning.
+    assert schedule.cycle_length == 8 * usual and schedule.settling > 0
+    # One long draw per cycle: the exploration stage (two draws' worth of
+    # steps), the settling steps and a draw's own, less the steps by which
+    # the chain's cycles are out of step with its draws after tuning.
     long_draws = steps > usual
     for chain_steps, chain_long in zip(steps, long_draws, strict=True):
         assert len(set(chain_steps[chain_long])) == 1
-        assert usual < chain_steps[chain_long][0] <= 3 * usual
-    assert np.all(np.abs(long_draws.sum(axis=1) - 80 / 6) <= 1)
+    last = steps[-1][long_draws[-1]][0]
+    assert 0 <= schedule.sampling_start + schedule.settling + usual - last < usual
+    draws_per_cycle = (schedule.cycle_length - schedule.sampling_start - schedule.settling) / usual
+    assert abs(long_draws[-1].sum() - 80 / draws_per_cycle) <= 1
 
 
 def test_recorded_exploration_draws_are_marked_and_dropped():
-    result = _cyclical_run(record_exploration=True)
+    result, schedule = _cyclical_run(record_exploration=True)
     exploring = np.asarray(result.sample_stats["exploring"])
-    assert 0.1 < exploring.mean() < 0.4
+    # Exploring and settling: what the draws of a cycle may not end at.
+    not_kept = (schedule.sampling_start + schedule.settling) / schedule.cycle_length
+    assert abs(exploring[-1].mean() - not_kept) < 0.1
     from pymc_sgmcmc import sampling_draws
 
     kept = sampling_draws(result)

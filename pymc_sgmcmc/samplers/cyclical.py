@@ -21,8 +21,13 @@ windows, and dropped by :func:`sampling_draws`.
 
 The tuner chooses the largest step size of the sampling stage (at
 :math:`r = \beta`) from the bias budget as for SGLD, and a cycle of
-``cycle_draws`` draws, so the sampling stage spans several relaxation times
-and the chain has forgotten its exploration stage for most of it.
+``cycle_draws`` relaxation times (draws of the tuned inner steps, unless the
+relaxation exceeds the cap on inner steps per draw), so the sampling stage
+spans many. Exploration ends near a mode, which may lie far from the
+posterior's mass (the joint mode of a hierarchical model written non-centred
+lies many posterior sds from it), so the first
+:data:`SETTLING_RELAXATIONS` relaxation times of every sampling stage end no
+kept draw: the chain travels back to its stationary law first.
 """
 
 from __future__ import annotations
@@ -38,7 +43,19 @@ from pymc_sgmcmc.samplers.sgld import Langevin, _LangevinGaussian
 from pymc_sgmcmc.schedules import CyclicalStepSize
 from pymc_sgmcmc.step_method import StochasticGradientStep
 
-__all__ = ["CyclicalLangevin", "CyclicalSGLD", "posterior_draws", "sampling_draws"]
+__all__ = [
+    "SETTLING_RELAXATIONS",
+    "CyclicalLangevin",
+    "CyclicalSGLD",
+    "posterior_draws",
+    "sampling_draws",
+]
+
+#: Relaxation times at the start of every sampling stage that end no kept
+#: draw: a chain that explored to a mode d posterior sds from the mass is
+#: about d e^-3 from it at the first kept draw, and its draws' mean about
+#: d e^-3 / 27 at the default cycle (0.015 sd for d = 8).
+SETTLING_RELAXATIONS = 3.0
 
 
 def posterior_draws(data):
@@ -110,17 +127,20 @@ class CyclicalLangevin(Langevin):
     Parameters
     ----------
     cycle_draws : int, default 40
-        Length of a cycle of the step size, in draws of the tuned inner steps.
+        Length of a cycle of the step size, in draws of the tuned inner
+        steps, or in relaxation times where these exceed the inner steps
+        per draw.
     exploration : float, default 0.25
         Fraction :math:`\beta` of every cycle spent exploring.
     record_exploration : bool, default False
-        Record the exploration stage as draws (marked by ``exploring``)
-        instead of running it inside the first draw of each cycle.
+        Record the exploration stage and the settling steps after it as
+        draws (marked by ``exploring``) instead of running them inside the
+        first draw of each cycle.
     """
 
     name = "csgld"
     state = (StateVariable("exploring", scalar=True),)
-    step_inputs = ("step_size", "noise_scale")
+    step_inputs = ("step_size", "noise_scale", "kept")
     stats: ClassVar[dict] = {"exploring": bool}
     exact_gaussian_model = False
 
@@ -136,13 +156,17 @@ class CyclicalLangevin(Langevin):
 
     @staticmethod
     def step(state, gradient, noise, inputs):
-        """Take a Langevin step whose noise is scaled by ``noise_scale`` (0 or 1)."""
+        """Take a Langevin step whose noise is scaled by ``noise_scale`` (0 or 1).
+
+        ``kept`` (0 or 1) says whether a draw may end at this step; the
+        state's ``exploring`` is its complement.
+        """
         step_size, preconditioner = inputs["step_size"], inputs["preconditioner"]
         drift = step_size * preconditioner * gradient
         diffusion = (2.0 * step_size * inputs["temperature"] * preconditioner) ** 0.5 * noise[0]
         return {
             "position": state["position"] + drift + inputs["noise_scale"] * diffusion,
-            "exploring": 1.0 - inputs["noise_scale"],
+            "exploring": 1.0 - inputs["kept"],
         }
 
     def gaussian_model(self, curvatures, preconditioner, config, temperature=1.0):
@@ -162,37 +186,52 @@ class CyclicalLangevin(Langevin):
         """Return whether the draw ended in an exploration stage."""
         return {"exploring": bool(state["exploring"] > 0.5)}
 
-    def schedule(self, step_size, steps_per_draw):
-        """Return cycles whose sampling stage starts at ``step_size``."""
+    def schedule(self, step_size, steps_per_draw, relaxation=np.nan):
+        """Return cycles whose sampling stage starts at ``step_size``.
+
+        A cycle spans ``cycle_draws`` draws of ``steps_per_draw`` inner steps,
+        or as many more draws as it takes to span ``cycle_draws`` relaxation
+        times; its sampling stage starts with :data:`SETTLING_RELAXATIONS`
+        relaxation times (at most half the stage) that end no kept draw.
+        """
         peak = 2.0 / (np.cos(np.pi * self.exploration) + 1.0)
+        known = np.isfinite(relaxation)
+        draws_per_relaxation = int(np.ceil(relaxation / steps_per_draw)) if known else 1
+        cycle_length = self.cycle_draws * steps_per_draw * max(1, draws_per_relaxation)
+        stage = cycle_length - int(np.ceil(self.exploration * cycle_length))
+        settling = int(np.ceil(SETTLING_RELAXATIONS * relaxation)) if known else 0
         return CyclicalStepSize(
-            step_size * peak, self.cycle_draws * steps_per_draw, self.exploration
+            step_size * peak, cycle_length, self.exploration, min(settling, stage // 2)
         )
 
     def draw_steps(self, schedule, first_step, steps):
         """Return the inner steps of a draw that starts at step ``first_step``.
 
-        ``steps``, unless the draw would end while exploring: then the rest of
-        the exploration stage and ``steps`` sampling steps after it. Recorded
-        exploration stages take ``steps`` per draw. For an array of first
-        steps, an array of the draws' inner steps.
+        ``steps``, unless the draw would end while exploring or settling:
+        then the rest of those stages and ``steps`` sampling steps after
+        them. Recorded exploration stages take ``steps`` per draw. For an
+        array of first steps, an array of the draws' inner steps.
         """
-        exploring = getattr(schedule, "exploring", None)
-        if self.record_exploration or exploring is None:
+        kept = getattr(schedule, "kept", None)
+        if self.record_exploration or kept is None:
             return steps
         last = np.asarray(first_step) + steps - 1
         cycle_start = last - last % schedule.cycle_length
-        sampling_start = cycle_start + int(np.ceil(schedule.exploration * schedule.cycle_length))
-        lengths = np.where(exploring(last), sampling_start - first_step + steps, steps)
+        kept_start = cycle_start + schedule.sampling_start + schedule.settling
+        lengths = np.where(kept(last), steps, kept_start - first_step + steps)
         return int(lengths) if lengths.ndim == 0 else lengths
 
     def step_values(self, schedule, steps):
-        """Return the step sizes and the noise switch (off while exploring)."""
+        """Return the step sizes, the noise switch (off while exploring) and where draws may end."""
         exploring = getattr(schedule, "exploring", None)
-        noise_scale = np.ones(len(steps)) if exploring is None else 1.0 - exploring(steps)
+        if exploring is None:
+            noise_scale = kept = np.ones(len(steps))
+        else:
+            noise_scale, kept = 1.0 - exploring(steps), schedule.kept(steps)
         return {
             "step_size": np.asarray(schedule(steps), dtype="float64"),
             "noise_scale": noise_scale.astype("float64"),
+            "kept": kept.astype("float64"),
         }
 
 

@@ -336,7 +336,7 @@ def choose_settings(
         np.clip(np.ceil(relaxation), 1, config.max_steps_per_draw)
     )
     if given is None or constant is not None:
-        schedule = dynamics.schedule(step_size, steps_per_draw)
+        schedule = dynamics.schedule(step_size, steps_per_draw, relaxation)
     else:
         schedule = given
     if given is None and predicted_relaxation > config.slow_relaxation:
