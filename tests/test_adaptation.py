@@ -10,6 +10,7 @@ import pytest
 from exact_posteriors import widely_spread_regression
 from probes import probe_and_start
 from pymc.blocking import DictToArrayBijection
+from scipy import stats
 
 from pymc_sgmcmc import SGHMC, SGLD
 from pymc_sgmcmc.batches import IndexStream
@@ -25,9 +26,11 @@ from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.sghmc import Underdamped
 from pymc_sgmcmc.samplers.sgld import Langevin
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices, find_mode, measure
+from pymc_sgmcmc.tuning import chain as chain_module
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
 from pymc_sgmcmc.tuning.curvature import largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import FULL_DATA, laplace, measure_noise, with_second_order
+from pymc_sgmcmc.tuning.windows import independent_draws
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +231,40 @@ def test_a_full_data_window_counts_the_curvature_of_a_funnels_neck():
     assert adapter.check_curvature(chain, np.tile(neck, (4, 1)), rng)
     assert chain.measurements.stiffness > 10.0
     assert adapter.settings(chain.measurements).step_size.value < step_size / 3
+
+
+@pytest.mark.parametrize(("correlation", "counted"), [(0.0, True), (0.99, False)])
+def test_a_window_whose_relaxation_was_overstated_counts_its_draws_by_their_autocorrelation(
+    monkeypatch, correlation, counted
+):
+    """Draws of a skewed coordinate (Gamma(2): |Cov(x, log p)| / sd(x) = 1 / sqrt(2)) in a
+    chain whose predicted relaxation counts them as worth almost nothing. Independent draws
+    still show the skew; draws whose own autocorrelation is 0.99 (negative control) count as
+    few, and show nothing.
+    """
+    adapter, chain, typical, _, rng = funnel_chain(Langevin(), "SGLD")
+    chain.settings = replace(chain.settings, relaxation=1e9)
+    n_draws = 400
+    series_rng = np.random.default_rng(11)
+    series = np.empty(n_draws)
+    series[0] = series_rng.normal()
+    for index in range(1, n_draws):
+        innovation = np.sqrt(1 - correlation**2) * series_rng.normal()
+        series[index] = correlation * series[index - 1] + innovation
+    skewed = stats.gamma.ppf(stats.norm.cdf(series), 2.0)
+    draws = np.tile(typical, (n_draws, 1))
+    draws[:, 0] += skewed
+    monkeypatch.setattr(
+        chain_module, "log_density_at_draws", lambda *arguments: np.log(skewed) - skewed
+    )
+    predicted = independent_draws(n_draws, chain.settings.steps_per_draw, 1e9)
+    assert predicted < 1
+    adapter.check_tempering(chain, draws, predicted, rng)
+    sensitivity = chain.measurements.tempering_sensitivity
+    if counted:
+        assert sensitivity == pytest.approx(1 / np.sqrt(2), rel=0.3)
+    else:
+        assert sensitivity == 0
 
 
 def test_shared_draws_take_their_larger_steps_once_the_curvature_at_the_draws_is_checked():

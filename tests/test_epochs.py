@@ -22,7 +22,7 @@ from pymc_sgmcmc.tuning.epochs import (
     epoch_steps,
     noise_covariance,
 )
-from pymc_sgmcmc.tuning.windows import slowness
+from pymc_sgmcmc.tuning.windows import decorrelated_draws, largest_lag_one, slowness
 
 N_CHAINS = 20_000
 # Monte Carlo sd of a variance estimated from N_CHAINS independent chains.
@@ -367,6 +367,16 @@ def test_slowness_tells_slow_draws_from_independent_ones():
     expected = (1 + correlation**2) / (1 - correlation**2) / predicted
     assert 0.5 * expected < slowness(draws, 50, 50.0) < 2 * expected
     assert slowness(draws, 50, 50.0) > TuningConfig().slowness_threshold
+
+
+def test_a_column_that_does_not_move_has_no_autocorrelation_of_its_rounding():
+    rng = np.random.default_rng(4)
+    constant = np.full(400, 0.1 + 0.2)  # centres to rounding error, not to zeros
+    assert np.any(constant - constant.mean() != 0)
+    draws = np.column_stack([constant, rng.normal(size=400)])
+    assert largest_lag_one(draws) < 0.2
+    assert decorrelated_draws(draws) > 250
+    assert largest_lag_one(np.column_stack([constant, constant])) == 0.0
 
 
 def ar_draws(correlation, n_draws, size, seed):

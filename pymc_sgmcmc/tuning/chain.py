@@ -40,7 +40,13 @@ from pymc_sgmcmc.tuning.tuner import (
     fixed_settings,
     gradient_work,
 )
-from pymc_sgmcmc.tuning.windows import check_window, independent_draws, refine, slowness
+from pymc_sgmcmc.tuning.windows import (
+    check_window,
+    decorrelated_draws,
+    independent_draws,
+    refine,
+    slowness,
+)
 
 __all__ = ["ChainAdapter", "ChainState"]
 
@@ -394,13 +400,19 @@ class ChainAdapter(Travel):
         The tempering sensitivity measured on a window's draws
         (:mod:`pymc_sgmcmc.tuning.tempering`) is kept in the chain's
         measurements (the largest of its windows'), where the tuner reads it.
-        A given step size is left as it is.
+        A given step size is left as it is. The draws count as independent
+        as ``independent`` says (from the predicted relaxation), or as their
+        own autocorrelation and the log density's say where that is more: a
+        relaxation predicted from curvatures the posterior does not have
+        (measured where the Hessian is not negative definite) must not hide
+        a skewed posterior.
         """
         if self.choices.step_size is not None:
             return False
         temperature = self.choices.temperature
         log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
-        sensitivity = tempering_sensitivity(draws, log_density, independent)
+        measured = decorrelated_draws(np.column_stack([draws, log_density]))
+        sensitivity = tempering_sensitivity(draws, log_density, max(independent, measured))
         measurements = chain.measurements
         if sensitivity <= measurements.tempering_sensitivity:
             return False

@@ -30,7 +30,15 @@ from pymc_sgmcmc.metric import Metric
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.measure import Measurements, noise_again
 
-__all__ = ["WindowCheck", "check_window", "independent_draws", "refine", "slowness"]
+__all__ = [
+    "WindowCheck",
+    "check_window",
+    "decorrelated_draws",
+    "independent_draws",
+    "largest_lag_one",
+    "refine",
+    "slowness",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,35 @@ def independent_draws(n_draws: int, steps_per_draw: int, relaxation: float) -> f
     return 0.5 * n_draws * min(1.0, steps_per_draw / relaxation)
 
 
+def largest_lag_one(series: np.ndarray) -> float:
+    """Return the largest lag-one autocorrelation over the columns of ``series``, in [0, 0.999].
+
+    Columns that do not move are left out (0 where none moves).
+    """
+    series = np.asarray(series)
+    # A column that does not move can still centre to rounding error.
+    moving = np.ptp(series, axis=0) > 0
+    if len(series) < 3 or not np.any(moving):
+        return 0.0
+    centred = series[:, moving] - np.mean(series[:, moving], axis=0)
+    variance = np.sum(centred**2, axis=0)
+    lagged = np.sum(centred[1:] * centred[:-1], axis=0) / variance
+    return float(np.clip(np.max(lagged), 0.0, 0.999))
+
+
+def decorrelated_draws(series: np.ndarray) -> float:
+    r"""Return how many independent draws ``series`` is worth, read from its own autocorrelation.
+
+    :math:`n (1 - \rho) / (1 + \rho)` for the largest lag-one autocorrelation
+    :math:`\rho` of its columns (:func:`largest_lag_one`), the count of an
+    autoregressive chain; draws one relaxation time apart
+    (:math:`\rho = e^{-1}`) count as about half an independent draw each, as
+    in :func:`independent_draws`.
+    """
+    rho = largest_lag_one(series)
+    return len(series) * (1.0 - rho) / (1.0 + rho)
+
+
 def slowness(draws: np.ndarray, steps_per_draw: int, relaxation: float) -> float:
     r"""Return how many times more slowly than predicted a window's draws decorrelate.
 
@@ -98,13 +135,7 @@ def slowness(draws: np.ndarray, steps_per_draw: int, relaxation: float) -> float
     """
     if not np.isfinite(relaxation) or relaxation <= 0 or len(draws) < 3:
         return 1.0
-    centred = np.asarray(draws) - np.mean(draws, axis=0)
-    variance = np.sum(centred**2, axis=0)
-    moving = variance > 0
-    if not np.any(moving):
-        return 1.0
-    lagged = np.sum(centred[1:] * centred[:-1], axis=0)[moving] / variance[moving]
-    worst = float(np.clip(np.max(lagged), 0.0, 0.999))
+    worst = largest_lag_one(draws)
     predicted = np.exp(-steps_per_draw / relaxation)
     return (1.0 + worst) / (1.0 - worst) * (1.0 - predicted) / (1.0 + predicted)
 
