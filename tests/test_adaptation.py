@@ -267,6 +267,28 @@ def test_a_window_whose_relaxation_was_overstated_counts_its_draws_by_their_auto
         assert sensitivity == 0
 
 
+def test_a_window_worth_fewer_than_2d_draws_still_rescales_a_coordinate_the_metric_misses():
+    """A window of 100 independent draws of the Laplace picture with one coordinate's sd 3
+    times the metric's, counted by an overstated relaxation as worth almost nothing, below the
+    2 D a covariance needs. The coordinates' check counts them by their own autocorrelation,
+    finds the coordinate and rescales it; the metric keeps the others."""
+    adapter, chain, typical, _, rng = funnel_chain(Langevin(), "SGLD")
+    chain.settings = replace(chain.settings, relaxation=1e9)
+    before = chain.measurements.laplace_variance.copy()
+    draw_rng = np.random.default_rng(5)
+    scales = np.sqrt(before)
+    scales[0] *= 3.0
+    window = typical + draw_rng.normal(size=(adapter.tuning.windows[0], typical.size)) * scales
+    messages = None
+    for draw in window:
+        messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+    assert messages is not None
+    assert any("variance differs" in message for message in messages)
+    ratio = chain.measurements.laplace_variance / before
+    assert 5.0 < ratio[0] < 15.0
+    np.testing.assert_allclose(ratio[1:], 1.0)
+
+
 def test_shared_draws_take_their_larger_steps_once_the_curvature_at_the_draws_is_checked():
     """SGLD's default step keeps Euler-Maruyama's until a window has measured the curvature
     where the chain goes; a first check that finds nothing steeper then enlarges it, once."""

@@ -41,6 +41,7 @@ from pymc_sgmcmc.tuning.tuner import (
     gradient_work,
 )
 from pymc_sgmcmc.tuning.windows import (
+    check_coordinates,
     check_window,
     decorrelated_draws,
     independent_draws,
@@ -309,12 +310,13 @@ class ChainAdapter(Travel):
             )
         skewed = self.check_tempering(chain, draws, independent, rng)
         stiffer = settings.estimator == FULL_DATA and self.check_curvature(chain, draws, rng)
-        # A covariance needs more independent draws than a covariance with log p.
-        check = None
+        # A covariance needs 2 D independent draws; fewer still compare each
+        # coordinate's variance with the metric's.
+        temperature = self.choices.temperature
         if independent >= 2 * position.size:
-            check = check_window(
-                draws, settings.metric, independent, self.tuning, self.choices.temperature
-            )
+            check = check_window(draws, settings.metric, independent, self.tuning, temperature)
+        else:
+            check = check_coordinates(draws, settings.metric, independent, self.tuning, temperature)
         disagrees = check is not None and check.disagrees
         if not (skewed or disagrees or stiffer):
             return settings.warnings if slower else None

@@ -24,14 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.stats import norm
 
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.metric import Metric
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.measure import Measurements, noise_again
+from pymc_sgmcmc.tuning.tempering import FALSE_ALARM
 
 __all__ = [
     "WindowCheck",
+    "check_coordinates",
     "check_window",
     "decorrelated_draws",
     "independent_draws",
@@ -163,6 +166,39 @@ def check_window(
     low = max((1.0 - ratio) ** 2, 0.0) / config.window_margin
     high = (1.0 + ratio) ** 2 * config.window_margin
     return WindowCheck(eigenvalues, eigenvectors, (low, high))
+
+
+def check_coordinates(
+    draws: np.ndarray,
+    metric: Metric,
+    independent: float,
+    config: TuningConfig,
+    temperature: float = 1.0,
+) -> WindowCheck | None:
+    r"""Compare each coordinate's variance in the metric's coordinates with 1.
+
+    For a window worth fewer than ``2 D`` independent draws, too few to
+    compare its covariance with the metric's (:func:`check_window`), each
+    coordinate's variance can still be compared: over :math:`n` independent
+    draws of a Gaussian coordinate the sample variance has a relative sd of
+    :math:`\sqrt{2 / n}`. The band is that many sds on either side of 1, for
+    a Bonferroni bound over the D coordinates (a window of a posterior the
+    metric fits disagrees in at most 1% of windows), widened by
+    ``config.window_margin``. The draws count as ``independent`` says, or as
+    their own largest lag-one autocorrelation in the metric's coordinates says
+    where that is more (:func:`decorrelated_draws`). Returns the check, with
+    the coordinates' axes as its directions, or None where the draws are
+    worth too few for the band to exclude a variance of 0.
+    """
+    coordinates = np.array([metric.to_coordinates(draw) for draw in draws])
+    size = coordinates.shape[1]
+    counted = max(independent, decorrelated_draws(coordinates))
+    spread = norm.isf(FALSE_ALARM / (2.0 * size)) * np.sqrt(2.0 / max(counted, 1.0))
+    if spread >= 1.0:
+        return None
+    variances = np.maximum(np.var(coordinates, axis=0, ddof=1) / temperature, 1e-12)
+    band = ((1.0 - spread) / config.window_margin, (1.0 + spread) * config.window_margin)
+    return WindowCheck(variances, np.eye(size), band)
 
 
 def refine(
