@@ -166,16 +166,17 @@ def _largest_step_size(model, curvatures, noise, budget):
     def worst(step_size):
         return _worst_inflation(model, step_size, curvatures, noise)
 
-    high = model.largest_step_size(curvatures.max())
-    if worst(high) <= budget:
-        return high
+    largest = model.largest_step_size(curvatures.max())
+    if worst(largest) <= budget:
+        return largest
+    high = largest
     for _ in range(12):
         low = high / 10
         if worst(low) <= budget:
             break
         high = low
     else:
-        high = model.largest_step_size(curvatures.max())
+        high = largest
         # Inflation that grows as the step shrinks (e.g. a preconditioner
         # whose memory is short against the chain's relaxation): take the
         # largest step of a log grid within the budget, or the least inflated.
