@@ -280,6 +280,15 @@ class Dynamics(ABC):
         """
         return steps
 
+    def period(self, schedule) -> int | None:
+        """Return the inner steps after which the per-step inputs and draws' lengths repeat.
+
+        :meth:`step_values` and :meth:`draw_steps` then depend on a step's
+        number only through its remainder by the period, and are computed
+        once per remainder. None (the default) where they do not repeat.
+        """
+        return None
+
     def over_budget_advice(self) -> str:
         """Return the advice of the warning when no step size meets the bias budget."""
         return "use control_variate=True, a larger batch_size or a larger bias_budget"

@@ -9,6 +9,8 @@ a call while the chain tunes, the steps of several draws a call after it
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from pymc_sgmcmc.ahead import draws_per_call
@@ -23,6 +25,10 @@ __all__ = ["CENTRED_ESTIMATORS", "KernelRunner"]
 
 #: The estimators that read a control-variate centre.
 CENTRED_ESTIMATORS = ("control_variate", "second_order")
+
+#: Per-step inputs a chain keeps for a periodic schedule: a cycle's calls of
+#: several draws start at a few places in it, the same in every cycle.
+PERIODIC_ENTRIES = 64
 
 
 class KernelRunner:
@@ -138,19 +144,34 @@ class KernelRunner:
         tuning = self.tuning
         return draws_per_call(tuning.steps_per_call, tuning.max_draws_per_call, n_steps)
 
+    def draw_steps(self, chain, steps: int) -> int:
+        """Return the inner steps of ``chain``'s next draw, whose share of them is ``steps``."""
+        step_size = chain.settings.step_size
+        return self._periodic(
+            chain,
+            ("draw_steps", steps),
+            lambda: self.dynamics.draw_steps(step_size, chain.steps_taken, steps),
+        )
+
     def step_values(self, chain, n_steps: int) -> dict:
         """Return the per-step inputs of ``chain``'s next ``n_steps`` steps.
 
         With a constant step size and the dynamics' default per-step inputs
         (the step sizes alone) they are the same at every draw of the same
-        length, and are reused rather than built again.
+        length, and are reused rather than built again; with a periodic
+        schedule (:meth:`~pymc_sgmcmc.dynamics.Dynamics.period`) they are
+        built once per step's place in the period.
         """
         settings = chain.settings
         kept = chain.step_values
         if kept is not None and kept[0] is settings and kept[1] == n_steps:
             return kept[2]
-        values = self.dynamics.step_values(
-            settings.step_size, chain.steps_taken + np.arange(n_steps)
+        values = self._periodic(
+            chain,
+            ("step_values", n_steps),
+            lambda: self.dynamics.step_values(
+                settings.step_size, chain.steps_taken + np.arange(n_steps)
+            ),
         )
         constant = isinstance(settings.step_size, ConstantStepSize)
         default = type(self.dynamics).step_values is Dynamics.step_values
@@ -194,6 +215,12 @@ class KernelRunner:
             }
             chain.step_block = (settings, draws, n_steps, block)
             return block
+        build = functools.partial(self._new_step_block, chain, draws, n_steps)
+        return self._periodic(chain, ("step_block", draws, n_steps), build)
+
+    def _new_step_block(self, chain, draws: int, n_steps: int) -> dict:
+        """Build :meth:`_step_block`'s per-step inputs of each draw from the step numbers."""
+        settings = chain.settings
         # After tuning a draw's share of the steps is the tuned steps per draw.
         firsts = chain.steps_taken + n_steps * np.arange(1, draws)
         lengths = self.dynamics.draw_steps(settings.step_size, firsts, settings.steps_per_draw)
@@ -206,3 +233,26 @@ class KernelRunner:
             # The first draw's were checked before the call.
             alike = max(1, int(np.argmin(usable)))
         return {name: value.reshape(-1, n_steps)[:alike] for name, value in values.items()}
+
+    def _periodic(self, chain, key: tuple, build):
+        """Return ``build()``, built once per ``key`` and place in the schedule's period.
+
+        Where the dynamics' per-step inputs repeat with a period
+        (:meth:`~pymc_sgmcmc.dynamics.Dynamics.period`), what ``build``
+        returns depends on the chain's steps taken only through their
+        remainder by it, and is kept for the chain's current settings (at most
+        :data:`PERIODIC_ENTRIES` of them). Without a period it is built anew.
+        """
+        settings = chain.settings
+        period = self.dynamics.period(settings.step_size)
+        if period is None:
+            return build()
+        if chain.periodic is None or chain.periodic[0] is not settings:
+            chain.periodic = (settings, {})
+        entries = chain.periodic[1]
+        key = (*key, chain.steps_taken % period)
+        if key not in entries:
+            if len(entries) >= PERIODIC_ENTRIES:
+                entries.clear()
+            entries[key] = build()
+        return entries[key]

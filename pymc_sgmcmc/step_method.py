@@ -587,11 +587,7 @@ class StochasticGradientStep(ArrayStepShared):
         if not self.tune and chain.settings.estimator == FULL_DATA and not chain.full_data_checked:
             self._start_from(position, self.adapter.leave_unchecked_full_data(chain))
         settings = chain.settings
-        n_steps = self.dynamics.draw_steps(
-            settings.step_size,
-            chain.steps_taken,
-            self.adapter.steps_this_draw(chain, self.tune),
-        )
+        n_steps = self.runner.draw_steps(chain, self.adapter.steps_this_draw(chain, self.tune))
         step_values = self.runner.step_values(chain, n_steps)
         step_sizes = step_values["step_size"]
         # A constant step size was checked when it was made; a schedule's

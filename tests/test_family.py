@@ -288,6 +288,38 @@ def test_by_default_every_recorded_draw_is_a_sampling_draw():
     assert abs(long_draws[-1].sum() - 80 / draws_per_cycle) <= 1
 
 
+def test_each_draw_takes_the_steps_and_step_sizes_of_its_place_in_the_cycle():
+    # The per-step inputs and draws' lengths are built once per place in the
+    # cycle and reused; every draw must still get those of its own steps.
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=500)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1)
+        pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
+        step = CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25)
+        result = pm.sample(
+            draws=200,
+            tune=20,
+            step=step,
+            chains=1,
+            random_seed=4,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    settings = step.chain.settings
+    assert step.dynamics.period(settings.step_size) == settings.step_size.cycle_length
+    steps = np.asarray(result.sample_stats["steps_per_draw"])[0]
+    step_sizes = np.asarray(result.sample_stats["step_size"])[0]
+    tuned = np.asarray(result.warmup_sample_stats["steps_per_draw"])[0].sum()
+    firsts = tuned + np.concatenate([[0], np.cumsum(steps)[:-1]])
+    # More cycles than the kept places in one, so that reused values are checked.
+    assert firsts[-1] > 3 * settings.step_size.cycle_length
+    expected = step.dynamics.draw_steps(settings.step_size, firsts, settings.steps_per_draw)
+    np.testing.assert_array_equal(steps, expected)
+    np.testing.assert_array_equal(step_sizes, settings.step_size(firsts + steps - 1))
+
+
 def test_recorded_exploration_draws_are_marked_and_dropped():
     result, schedule = _cyclical_run(record_exploration=True)
     exploring = np.asarray(result.sample_stats["exploring"])

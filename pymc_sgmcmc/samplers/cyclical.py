@@ -221,6 +221,10 @@ class CyclicalLangevin(Langevin):
         lengths = np.where(kept(last), steps, kept_start - first_step + steps)
         return int(lengths) if lengths.ndim == 0 else lengths
 
+    def period(self, schedule):
+        """Return the cycle's length: the stages, step sizes and draws repeat every cycle."""
+        return schedule.cycle_length if isinstance(schedule, CyclicalStepSize) else None
+
     def step_values(self, schedule, steps):
         """Return the step sizes, the noise switch (off while exploring) and where draws may end."""
         exploring = getattr(schedule, "exploring", None)

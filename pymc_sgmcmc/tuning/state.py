@@ -79,6 +79,10 @@ class ChainState:
     step_block : tuple or None
         The settings, the numbers of draws and steps and the per-step inputs
         of the chain's last call of several draws, kept as ``step_values``.
+    periodic : tuple or None
+        The settings and, for a periodic schedule, the per-step inputs and
+        draws' lengths built for them, by their place in the period
+        (:meth:`~pymc_sgmcmc.runner.KernelRunner.step_values`).
     all_rows : AllRows or None
         Batches of all N rows, for settings whose estimator is the full
         data's gradient; ``None`` where it is not weighed.
@@ -114,6 +118,7 @@ class ChainState:
     last_point: tuple | None = None
     ahead: list = field(default_factory=list)
     step_block: tuple | None = None
+    periodic: tuple | None = None
     all_rows: AllRows | None = None
     full_data_checked: bool = False
     last_log_density: float = np.nan
