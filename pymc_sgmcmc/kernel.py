@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -57,6 +58,19 @@ class KernelResult:
     gradient_norm: float
     steps_taken: int
     clipped_steps: int = 0
+
+
+#: Whether ``pytensor.scan`` takes ``return_updates``: PyTensor versions that do
+#: warn that their default return of ``(outputs, updates)`` will change.
+_SCAN_TAKES_RETURN_UPDATES = "return_updates" in inspect.signature(pytensor.scan).parameters
+
+
+def _scan(function, **options) -> list:
+    """Return the outputs of ``pytensor.scan`` (a list), without updates: the kernel has none."""
+    if _SCAN_TAKES_RETURN_UPDATES:
+        return pytensor.scan(function, return_updates=False, **options)
+    outputs, _ = pytensor.scan(function, **options)
+    return outputs
 
 
 def is_jax(compile_kwargs: Mapping | None) -> bool:
@@ -255,7 +269,7 @@ class Kernel:
                 named = dict(
                     zip(named_names, arguments[3 + n_step_inputs + n_state :], strict=True)
                 )
-                outputs, _ = pytensor.scan(
+                outputs = _scan(
                     inner_step,
                     sequences=[indices, noises, *values],
                     outputs_info=[*carried, None, None],
@@ -297,7 +311,7 @@ class Kernel:
                 pt.tensor(name, shape=variable.type.shape, dtype=variable.dtype)
                 for name, variable in named_inputs.items()
             ]
-            outputs, _ = pytensor.scan(
+            outputs = _scan(
                 one_draw,
                 sequences=[batch_indices, noises, *step_values],
                 outputs_info=[*initial_state, pt.as_tensor(np.True_), *[None] * 5],

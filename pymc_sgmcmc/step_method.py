@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
+from pymc.pytensorf import make_shared_replacements
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import StepMethodState
@@ -288,7 +289,7 @@ class StochasticGradientStep(ArrayStepShared):
             **(compile_kwargs or {}),
         }
         self.tuning = tuning or TuningConfig()
-        shared = pm.make_shared_replacements(initial_point, vars, model)
+        shared = make_shared_replacements(initial_point, vars, model)
         self.compiled = compiled_model(
             model,
             vars,

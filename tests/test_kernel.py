@@ -1,6 +1,7 @@
 """The fused kernel: K inner steps in one compiled call, O(B) work per step."""
 
 import os
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -137,6 +138,26 @@ def test_loop_stops_at_the_last_finite_state(density, compile_kwargs):
     assert result.steps_taken == 3
     np.testing.assert_array_equal(result.state["position"], prefix.state["position"])
     assert np.all(np.isfinite(result.state["position"]))
+
+
+def test_building_a_step_and_running_a_kernel_uses_nothing_deprecated(model, density):
+    # The test configuration ignores deprecation warnings; code built on an
+    # API that PyTensor or PyMC deprecate breaks when they drop it.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with model:
+            SGHMC()
+        kernel = Kernel(density, minibatch_gradient(density), EULER)
+        values = kernel.prepare(chain_inputs(Langevin()), 3)
+        indices, noise = make_inputs(4)
+        kernel({"position": np.zeros(3)}, indices, noise, {"step_size": np.full(4, 1e-3)}, values)
+    deprecated = [
+        f"{warning.filename}:{warning.lineno}: {warning.message}"
+        for warning in caught
+        if issubclass(warning.category, DeprecationWarning | PendingDeprecationWarning)
+        and "pymc_sgmcmc" in warning.filename
+    ]
+    assert not deprecated
 
 
 @BACKENDS
