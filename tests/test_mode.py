@@ -1,15 +1,19 @@
 """The search for a posterior mode, and how it tells a mode from a funnel's neck."""
 
 import numpy as np
+import pymc as pm
 import pytest
 from probes import probe_and_start
 
 import pymc_sgmcmc.tuning.mode as mode_module
+from pymc_sgmcmc import SGLD
+from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression
 from pymc_sgmcmc.real_posteriors import radon_like
 from pymc_sgmcmc.tuning import TuningConfig, find_mode
+from pymc_sgmcmc.tuning.measure import measure
 from pymc_sgmcmc.tuning.mode import _quadratic_along_softest
 
 
@@ -92,3 +96,61 @@ def test_a_search_into_a_funnels_neck_never_ends_at_a_mode(seed):
     probe, start = probe_and_start(radon_like(n_rows=300, n_groups=60, centred=True).model)
     *_, distance = find_mode(probe, start, 50, np.random.default_rng(seed))
     assert distance == np.inf
+
+
+def _poisson_with_a_raw_covariate():
+    """Poisson regression on a covariate between 100 and 300, not centred: the coefficient's
+    posterior sd is about 1e-4, and a step of Adam's base rate (0.05) on it moves the log link's
+    linear predictor by 5 to 15.
+    """
+    rng = np.random.default_rng(0)
+    x = rng.uniform(100, 300, 500)
+    y = rng.poisson(np.exp(1.0 + 0.005 * x))
+    with pm.Model() as model:
+        intercept = pm.Normal("intercept", 0, 10)
+        slope = pm.Normal("slope", 0, 1)
+        pm.Poisson("y", mu=pm.math.exp(intercept + slope * x), observed=y)
+    return model
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_search_starts_newton_where_adam_did_not_climb(seed):
+    """From the initial point (0, 0) Adam overshoots the slope into the tail where the rate
+    rounds to 0 (slope about -0.2); there the curvature vanishes and no Newton step climbs back.
+    The search then starts its Newton steps from Adam's start, and ends at the mode that Newton
+    steps from the start alone reach (within 0.05 sd: each stops within about 0.01 sd of it).
+    """
+    model = _poisson_with_a_raw_covariate()
+    probe, start = probe_and_start(model)
+    end = mode_module._adam(
+        probe, start, IndexStream(probe.n_rows, 50), np.random.default_rng(seed), 1500, 0.05
+    )
+    assert probe.full(end)[0] < probe.full(start)[0]
+    mode, _, _, hessian, distance = find_mode(probe, start, 50, np.random.default_rng(seed))
+    assert distance < 10 * TuningConfig().newton_tolerance
+    config = TuningConfig()
+
+    def refresh(point):
+        return mode_module.estimate_hessian(probe, point, np.random.default_rng(0), config)
+
+    newton, *_ = mode_module._newton(probe.full, start, refresh(start), 50, 1e-10, refresh)
+    sds = np.sqrt(np.diag(np.linalg.inv(-hessian)))
+    assert np.all(np.abs(mode - newton) < 0.05 * sds)
+
+
+def test_a_chain_whose_dispersed_start_fails_measures_from_its_initial_point():
+    """A dispersed start one unit off in the slope puts the linear predictor near 300, where the
+    minibatch gradients' covariance overflows; the chain measures from its initial point instead,
+    on a copy of its generator, and finds the mode.
+    """
+    model = _poisson_with_a_raw_covariate()
+    with model:
+        step = SGLD(batch_size=50)
+    probe, start = probe_and_start(model)
+    adapter = step.adapter
+    with pytest.raises(RuntimeError, match="not finite"):
+        measure(probe, 50, np.random.default_rng(0), start + np.array([0.0, 1.0]))
+    measured = adapter.measure_from(start + np.array([0.0, 1.0]), start, np.random.default_rng(0))
+    direct = measure(probe, 50, np.random.default_rng(0), start)
+    assert not measured.at_start
+    np.testing.assert_allclose(measured.mode, direct.mode, rtol=1e-4)

@@ -16,6 +16,7 @@ the sampler state again from the chain's position.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import replace
 
@@ -27,6 +28,7 @@ from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.curvature import CURVATURE_MARGIN, largest_curvature, tightest_draws
 from pymc_sgmcmc.tuning.measure import (
     FULL_DATA,
+    Measurements,
     measure,
     with_second_order,
 )
@@ -153,15 +155,7 @@ class ChainAdapter(Travel):
                     self.name,
                 )
             origin = self.dispersed_start(position, rng) if start else position
-            measurements = measure(
-                self.probe,
-                self.batch_size,
-                rng,
-                origin,
-                self.choices.estimators,
-                self.tuning,
-                self.full_batches,
-            )
+            measurements = self.measure_from(origin, position, rng)
             if not start and chain.measurements is not None:
                 # Measured again (a compound step's end of tuning): a curvature
                 # a diverging tune step showed still holds.
@@ -189,6 +183,40 @@ class ChainAdapter(Travel):
                     position = position + measurements.laplace_factor @ rng.standard_normal(size)
                 self.travel_if_slow(chain, tune)
         return position, [] if chain.travelling else chain.settings.warnings
+
+    def measure_from(self, origin: np.ndarray, position: np.ndarray, rng) -> Measurements:
+        """Return the measurements from ``origin``, or from ``position`` where that start fails.
+
+        A dispersed start can land where the mode search cannot recover: a
+        jitter of 1 on the coefficient of a covariate in the hundreds moves a
+        log link's linear predictor by hundreds, where minibatch gradients
+        overflow or the search ends far from the mode. Where the search from
+        ``origin`` raises or does not converge, the chain measures again from
+        ``position`` (its undispersed start) on a copy of the generator; where
+        that does not converge either, the first measurements and the
+        generator's state after them stand.
+        """
+        arguments = (self.batch_size,)
+        options = (self.choices.estimators, self.tuning, self.full_batches)
+        fallback = None if origin is position else copy.deepcopy(rng)
+        try:
+            measurements = measure(self.probe, *arguments, rng, origin, *options)
+        except RuntimeError:
+            if fallback is None:
+                raise
+            measurements = None
+        if fallback is None or (measurements is not None and not measurements.at_start):
+            return measurements
+        undispersed = measure(self.probe, *arguments, fallback, position, *options)
+        if measurements is not None and undispersed.at_start:
+            return measurements
+        _log.info(
+            "%s: the search for a posterior mode failed from the chain's dispersed start; the "
+            "chain measured again from its initial point.",
+            self.name,
+        )
+        rng.bit_generator.state = fallback.bit_generator.state
+        return undispersed
 
     def weigh_second_order(self, chain: ChainState, rng) -> None:
         """Weigh the second-order control variate for a chain, where the user left it automatic.

@@ -215,7 +215,11 @@ def measure_noise(
         for column, name in enumerate(estimators):
             samples = gradients[:, column]
             for index, part in enumerate((samples[:half], samples[half:])):
-                result[name][index] += np.atleast_2d(np.cov(part, rowvar=False)) / len(points)
+                # Gradients that overflowed give a covariance that is not
+                # finite, which noise_at_draws reports; numpy need not warn.
+                with np.errstate(invalid="ignore", over="ignore"):
+                    covariance = np.atleast_2d(np.cov(part, rowvar=False))
+                result[name][index] += covariance / len(points)
     return result
 
 

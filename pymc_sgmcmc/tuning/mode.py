@@ -37,6 +37,22 @@ def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
     return position
 
 
+def _higher(probe: Probe, start, end):
+    """Return Adam's ``end``, or its ``start`` where the log density is higher there.
+
+    Adam's steps are about its base rate in every coordinate, so on a
+    parameter whose posterior sd is many times smaller (the coefficient of a
+    covariate in the hundreds under a log link) it can overshoot far into the
+    tails, where the curvature vanishes and the Newton steps that follow
+    cannot climb back; its start is then the better place for them. One full
+    pass at each point.
+    """
+    log_densities = [probe.full(point)[0] for point in (start, end)]
+    if np.isfinite(log_densities[0]) and not log_densities[1] >= log_densities[0]:
+        return start
+    return end
+
+
 def _hessian_rows(probe: Probe, size: int, rng, config: TuningConfig, search: bool):
     """Return the rows a Hessian is estimated on, or ``None`` for all rows.
 
@@ -109,7 +125,12 @@ def _newton_direction(hessian, gradient):
         scales = np.abs(values)
         scales = np.maximum(scales, 1e-8 * scales.max())
         projection = vectors.T @ gradient
-        return vectors @ (projection / scales), float(projection @ (projection / scales)), False
+        # A Hessian without curvature (all zeros, far out in a log link's
+        # tails) gives a direction that is not finite, which the line search
+        # rejects.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = projection / scales
+            return vectors @ scaled, float(projection @ scaled), False
     whitened = solve_triangular(factor, gradient, lower=True)
     direction = solve_triangular(factor.T, whitened, lower=False)
     return direction, float(whitened @ whitened), True
@@ -186,14 +207,16 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
         has kinks.
     """
     config = config or TuningConfig()
+    start = np.array(position, dtype=float)
     position = _adam(
         probe,
-        np.array(position, dtype=float),
+        start,
         IndexStream(probe.n_rows, batch_size),
         rng,
         config.adam_steps,
         config.adam_rate,
     )
+    position = _higher(probe, start, position)
     hessian = estimate_hessian(probe, position, rng, config, search=True)
     if probe.n_rows > 4 * config.subsample_rows:
         rows = np.sort(rng.choice(probe.n_rows, config.subsample_rows, replace=False))
