@@ -217,7 +217,7 @@ def build_minibatch_log_density(
         The value variables to sample; they are raveled into one vector.
     shared : dict, optional
         Replacements of the other value variables by shared variables (as made
-        by ``pm.make_shared_replacements``), when another step samples them.
+        by ``pymc.pytensorf.make_shared_replacements``), when another step samples them.
 
     Returns
     -------

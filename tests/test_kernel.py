@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
+from pymc.pytensorf import make_shared_replacements
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.scan.op import Scan
@@ -361,7 +362,7 @@ def test_fused_control_variate_follows_another_block_that_moved():
         pm.Normal("y", mu + s * x, 1, observed=1.0 + 2.0 * x + rng.normal(size=N_ROWS))
     point = model.initial_point()
     value = model.rvs_to_values[mu]
-    shared = pm.make_shared_replacements(point, [value], model)
+    shared = make_shared_replacements(point, [value], model)
     density = build_minibatch_log_density(model, [value], shared)
     kernel = Kernel(density, control_variate_gradient(density), EULER)
     probe = Probe(density)
@@ -394,7 +395,7 @@ def test_centred_estimators_stay_exact_on_average_after_another_block_moved(esti
         s = pm.Normal("s", 0, 10)
         pm.Poisson("y", pm.math.exp(mu + s * x), observed=rng.poisson(np.exp(0.5 + x)))
     value = model.rvs_to_values[mu]
-    shared = pm.make_shared_replacements(model.initial_point(), [value], model)
+    shared = make_shared_replacements(model.initial_point(), [value], model)
     density = build_minibatch_log_density(model, [value], shared)
     probe = Probe(density)
     centre = probe.centre(np.array([0.4]), hessian=estimator == "second_order")
