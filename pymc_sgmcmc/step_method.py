@@ -701,7 +701,9 @@ class StochasticGradientStep(ArrayStepShared):
             advice = (
                 "Reduce step_size, or reparameterise: a hierarchical scale near 0 makes a "
                 "funnel whose neck is steeper than the curvatures measured (write such a "
-                "model non-centred)."
+                "model non-centred), and a covariate far from unit scale under a log link "
+                "makes rates that change by orders of magnitude within the steps "
+                "(standardise it)."
             )
         message = (
             f"{type(self).__name__}: {what} after "

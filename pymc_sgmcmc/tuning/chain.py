@@ -175,8 +175,10 @@ class ChainAdapter(Travel):
                     _log.info(
                         "%s: the search for a posterior mode did not converge (the log "
                         "density rises without bound, as towards the neck of a centred "
-                        "hierarchical model's funnel); the chain starts from its initial "
-                        "point and adapts from its tune draws.",
+                        "hierarchical model's funnel, or the search ended where the "
+                        "curvature vanishes, as far out in a log link's tail: standardise "
+                        "covariates whose scale is far from 1); the chain starts from its "
+                        "initial point and adapts from its tune draws.",
                         self.name,
                     )
                 else:
