@@ -250,24 +250,29 @@ def test_exploration_runs_inside_the_first_draw_of_each_cycle():
     np.testing.assert_array_equal(dynamics.draw_steps(schedule, firsts, 5), [15, 5, 15, 12])
 
 
-def _cyclical_run(**options):
+def _cyclical_sample(step_options=None, **sample_options):
+    """Sample a one-coefficient regression with cyclical SGLD; return the result and the step."""
     rng = np.random.default_rng(5)
     x = rng.normal(size=500)
     with pm.Model():
         beta = pm.Normal("beta", 0, 1)
         pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
-        step = CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25, **options)
-        result = pm.sample(
-            draws=80,
-            tune=20,
-            step=step,
-            chains=2,
-            cores=1,
-            random_seed=2,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-        return result, step.chain.settings.step_size
+        step = CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25, **(step_options or {}))
+        settings = {
+            "draws": 80,
+            "tune": 20,
+            "chains": 2,
+            "cores": 1,
+            "random_seed": 2,
+            "progressbar": False,
+            "compute_convergence_checks": False,
+        }
+        return pm.sample(step=step, **(settings | sample_options)), step
+
+
+def _cyclical_run(**options):
+    result, step = _cyclical_sample(options)
+    return result, step.chain.settings.step_size
 
 
 def test_by_default_every_recorded_draw_is_a_sampling_draw():
@@ -291,22 +296,7 @@ def test_by_default_every_recorded_draw_is_a_sampling_draw():
 def test_each_draw_takes_the_steps_and_step_sizes_of_its_place_in_the_cycle():
     # The per-step inputs and draws' lengths are built once per place in the
     # cycle and reused; every draw must still get those of its own steps.
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=500)
-    with pm.Model():
-        beta = pm.Normal("beta", 0, 1)
-        pm.Normal("y", beta * x, 1, observed=x + rng.normal(size=500))
-        step = CyclicalSGLD(batch_size=50, cycle_draws=8, exploration=0.25)
-        result = pm.sample(
-            draws=200,
-            tune=20,
-            step=step,
-            chains=1,
-            random_seed=4,
-            progressbar=False,
-            compute_convergence_checks=False,
-            discard_tuned_samples=False,
-        )
+    result, step = _cyclical_sample(draws=200, chains=1, random_seed=4, discard_tuned_samples=False)
     settings = step.chain.settings
     assert step.dynamics.period(settings.step_size) == settings.step_size.cycle_length
     steps = np.asarray(result.sample_stats["steps_per_draw"])[0]
