@@ -251,7 +251,10 @@ def build_minibatch_log_density(
         if term.type.ndim == 0:
             raise MinibatchError(
                 f"The log likelihood of '{rv.name}' does not factor over rows "
-                "(it is one joint term); it cannot be minibatched."
+                "(it is one joint term, as pm.AR's or an MvNormal's across rows); it cannot "
+                "be minibatched. Write one term per row given data (for a time series, pass "
+                "the lagged values as pm.Data and model each y[t] on them), or sample it "
+                "with NUTS."
             )
         already_scaled = isinstance(rv.owner.op, MinibatchRandomVariable)
         likelihood = likelihood + (term.sum() if already_scaled else scale * term.sum())

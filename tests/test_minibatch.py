@@ -297,6 +297,16 @@ def test_joint_likelihood_over_rows_is_refused():
         SGLD(model=model)
 
 
+def test_a_time_series_likelihood_is_refused_with_the_rewrite_that_minibatches():
+    series = np.cumsum(np.random.default_rng(2).normal(size=300)) * 0.1
+    with pm.Model() as model:
+        rho = pm.Normal("rho", 0, 1, shape=2)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.AR("y", rho, sigma=sigma, constant=True, observed=series)
+    with pytest.raises(MinibatchError, match=r"pass the lagged values as pm\.Data"):
+        SGLD(model=model)
+
+
 def test_discrete_variables_are_refused():
     _, y = data()
     with pm.Model() as model:
