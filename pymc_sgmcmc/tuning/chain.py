@@ -198,18 +198,28 @@ class ChainAdapter(Travel):
         that does not converge either, the first measurements and the
         generator's state after them stand.
         """
-        arguments = (self.batch_size,)
-        options = (self.choices.estimators, self.tuning, self.full_batches)
+
+        def measured(generator, start):
+            return measure(
+                self.probe,
+                self.batch_size,
+                generator,
+                start,
+                self.choices.estimators,
+                self.tuning,
+                self.full_batches,
+            )
+
         fallback = None if origin is position else copy.deepcopy(rng)
         try:
-            measurements = measure(self.probe, *arguments, rng, origin, *options)
+            measurements = measured(rng, origin)
         except RuntimeError:
             if fallback is None:
                 raise
             measurements = None
         if fallback is None or (measurements is not None and not measurements.at_start):
             return measurements
-        undispersed = measure(self.probe, *arguments, fallback, position, *options)
+        undispersed = measured(fallback, position)
         if measurements is not None and undispersed.at_start:
             return measurements
         _log.info(
