@@ -14,7 +14,7 @@ from pymc.logprob.utils import CheckParameterValue, local_check_parameter_to_nin
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import apply_ancestors
 
-from pymc_sgmcmc.compiling import numba_flags
+from pymc_sgmcmc.compiling import cacheable, numba_flags
 from pymc_sgmcmc.direct import claim_jax_process, direct_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import GradientEstimator
@@ -234,7 +234,7 @@ class Kernel:
             pt.switch(still_alive, new, old)
             for new, old in zip(new_state, state.values(), strict=True)
         ]
-        step_outputs = [*kept, still_alive, gradient_norm, clipped]
+        step_outputs = cacheable([*kept, still_alive, gradient_norm, clipped])
 
         named_inputs = {
             **chain_inputs,
@@ -286,7 +286,7 @@ class Kernel:
                 # its end with its last batch, not inside the inner loop; -inf
                 # where the position fails the model's parameter checks.
                 log_density = graph_replace(
-                    checks_as_minus_infinity(density.log_density),
+                    cacheable(checks_as_minus_infinity(density.log_density)),
                     {density.position: position, density.indices: indices[-1]},
                     strict=False,
                 )

@@ -5,10 +5,14 @@ import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor
+import pytensor.tensor as pt
 import pytest
+import scipy.special
 from pymc.pytensorf import make_shared_replacements
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
+from pytensor.scalar.math import Psi
 from pytensor.scan.op import Scan
 from pytensor.scan.utils import ScanArgs
 from pytensor.tensor import subtensor
@@ -16,6 +20,7 @@ from pytensor.tensor.shape import Shape, Shape_i
 from rules import position_terms
 
 from pymc_sgmcmc import SGHMC, direct
+from pymc_sgmcmc.compiling import digamma
 from pymc_sgmcmc.estimators import (
     Centre,
     Probe,
@@ -307,6 +312,55 @@ def test_compiled_kernel_reads_only_minibatch_rows(model, compile_kwargs):
         uses = data_uses(fgraph, data)
         assert any(isinstance(node.op, GATHERS) for node, _ in uses)
         assert all(reads_rows(use) for use in uses), [node.op for node, _ in uses]
+
+
+def operations(fgraph):
+    """Yield the operations of a compiled graph, inside scans and fused or composite ones too."""
+    for node in fgraph.apply_nodes:
+        yield from _operation_and_inner(node.op)
+
+
+def _operation_and_inner(operation):
+    yield operation
+    scalar = getattr(operation, "scalar_op", None)
+    if scalar is not None:
+        yield from _operation_and_inner(scalar)
+    inner = getattr(operation, "fgraph", None)
+    if inner is not None:
+        yield from operations(inner)
+
+
+def test_a_digamma_in_the_gradient_is_compiled_from_operations_numba_caches():
+    """A Gamma likelihood with an unknown shape has a digamma in its gradient. PyTensor's Numba
+    backend calls SciPy's through a pointer, and Numba's cache does not keep code that holds one,
+    so every new process compiled the kernel again; the kernel computes it from other operations.
+    """
+    rng = np.random.default_rng(1)
+    with pm.Model() as gamma_model:
+        shape = pm.Exponential("shape", 1)
+        pm.Gamma("y", alpha=shape, beta=shape, observed=rng.gamma(2.0, 1.0, size=N_ROWS))
+    density = build_minibatch_log_density(gamma_model, gamma_model.value_vars)
+    # Negative control: compiled as it is, the gradient holds SciPy's digamma.
+    plain = pytensor.function([density.position, density.indices], density.likelihood_gradient)
+    assert any(isinstance(op, Psi) for op in operations(plain.maker.fgraph))
+    kernel = Kernel(density, minibatch_gradient(density), EULER)
+    compiled = kernel.compiled_function().maker.fgraph
+    assert not any(isinstance(op, Psi) for op in operations(compiled))
+
+
+def test_the_cacheable_digamma_equals_scipys():
+    x = pt.vector("x")
+    function = pytensor.function([x], digamma(x))
+    positive = np.concatenate([np.geomspace(1e-10, 1e10, 2001), np.linspace(0.01, 30.0, 3001)])
+    expected = scipy.special.psi(positive)
+    error = np.abs(function(positive) - expected) / np.maximum(np.abs(expected), 1.0)
+    assert error.max() < 4e-15
+    # Below 0 by reflection, away from the poles at the non-positive integers.
+    negative = -np.linspace(0.05, 20.0, 4000)
+    negative = negative[np.abs(negative - np.round(negative)) > 0.05]
+    expected = scipy.special.psi(negative)
+    error = np.abs(function(negative) - expected) / np.maximum(np.abs(expected), 1.0)
+    assert error.max() < 1e-12
 
 
 def test_full_data_check_catches_a_full_pass(model):
