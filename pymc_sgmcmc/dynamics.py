@@ -285,9 +285,10 @@ class Dynamics(ABC):
 
         :meth:`step_values` and :meth:`draw_steps` then depend on a step's
         number only through its remainder by the period, and are computed
-        once per remainder. None (the default) where they do not repeat.
+        once per remainder: 1 for a constant step size (by default), None
+        where they do not repeat.
         """
-        return None
+        return 1 if isinstance(schedule, ConstantStepSize) else None
 
     def over_budget_advice(self) -> str:
         """Return the advice of the warning when no step size meets the bias budget."""

@@ -18,7 +18,7 @@ from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
 from pymc_sgmcmc.kernel import KernelResult
 from pymc_sgmcmc.loop import interpretable
-from pymc_sgmcmc.schedules import ConstantStepSize, usable_step_sizes
+from pymc_sgmcmc.schedules import usable_step_sizes
 from pymc_sgmcmc.tuning.measure import FULL_DATA
 
 __all__ = ["CENTRED_ESTIMATORS", "KernelRunner"]
@@ -26,8 +26,9 @@ __all__ = ["CENTRED_ESTIMATORS", "KernelRunner"]
 #: The estimators that read a control-variate centre.
 CENTRED_ESTIMATORS = ("control_variate", "second_order")
 
-#: Per-step inputs a chain keeps for a periodic schedule: a cycle's calls of
-#: several draws start at a few places in it, the same in every cycle.
+#: Per-step inputs a chain keeps for a periodic schedule: a constant step
+#: size's calls all start at the one place of its period, and a cycle's calls
+#: of several draws at a few places in it, the same in every cycle.
 PERIODIC_ENTRIES = 64
 
 
@@ -99,7 +100,7 @@ class KernelRunner:
         settings = chain.settings
         draws = self.draws_per_call(chain, n_steps, tune)
         if draws > 1:
-            block = self._step_block(chain, draws, n_steps, step_values)
+            block = self._step_block(chain, draws, n_steps)
             draws = len(block["step_size"])
         noise_shape = (self.dynamics.noise_vectors, position.size)
         batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
@@ -156,27 +157,16 @@ class KernelRunner:
     def step_values(self, chain, n_steps: int) -> dict:
         """Return the per-step inputs of ``chain``'s next ``n_steps`` steps.
 
-        With a constant step size and the dynamics' default per-step inputs
-        (the step sizes alone) they are the same at every draw of the same
-        length, and are reused rather than built again; with a periodic
-        schedule (:meth:`~pymc_sgmcmc.dynamics.Dynamics.period`) they are
-        built once per step's place in the period.
+        Where they repeat with a period (:meth:`~pymc_sgmcmc.dynamics.Dynamics.period`:
+        every step for a constant step size, every cycle for cyclical SGLD's
+        schedule) they are built once per step's place in the period and reused.
         """
-        settings = chain.settings
-        kept = chain.step_values
-        if kept is not None and kept[0] is settings and kept[1] == n_steps:
-            return kept[2]
-        values = self._periodic(
+        step_size = chain.settings.step_size
+        return self._periodic(
             chain,
             ("step_values", n_steps),
-            lambda: self.dynamics.step_values(
-                settings.step_size, chain.steps_taken + np.arange(n_steps)
-            ),
+            lambda: self.dynamics.step_values(step_size, chain.steps_taken + np.arange(n_steps)),
         )
-        constant = isinstance(settings.step_size, ConstantStepSize)
-        default = type(self.dynamics).step_values is Dynamics.step_values
-        chain.step_values = (settings, n_steps, values) if constant and default else None
-        return values
 
     @staticmethod
     def coordinates(chain, metric, position: np.ndarray) -> np.ndarray:
@@ -193,28 +183,16 @@ class KernelRunner:
             return last[2]
         return metric.to_coordinates(position)
 
-    def _step_block(self, chain, draws: int, n_steps: int, step_values) -> dict:
+    def _step_block(self, chain, draws: int, n_steps: int) -> dict:
         """Return the per-step inputs of the next draws that take ``n_steps`` inner steps.
 
-        At most ``draws`` draws, each a row of every input: ``step_values``
-        repeated where they are the same at every draw (built once per
-        settings), otherwise each draw's own (a schedule's step sizes, a
-        cycle's stages: functions of the step's number, built in one call for
-        all the draws' steps), up to the first draw that takes another number
-        of inner steps or whose step sizes are not positive finite numbers
-        (that draw then runs, and is checked, alone).
+        At most ``draws`` draws, each a row of every input (a schedule's step
+        sizes, a cycle's stages: functions of the step's number, built in one
+        call for all the draws' steps, once per place in their period), up to
+        the first draw that takes another number of inner steps or whose step
+        sizes are not positive finite numbers (that draw then runs, and is
+        checked, alone).
         """
-        settings = chain.settings
-        kept = chain.step_block
-        if kept is not None and kept[0] is settings and kept[1:3] == (draws, n_steps):
-            return kept[3]
-        if chain.step_values is not None:
-            block = {
-                name: np.ascontiguousarray(np.broadcast_to(value, (draws, n_steps)))
-                for name, value in step_values.items()
-            }
-            chain.step_block = (settings, draws, n_steps, block)
-            return block
         build = functools.partial(self._new_step_block, chain, draws, n_steps)
         return self._periodic(chain, ("step_block", draws, n_steps), build)
 

@@ -223,7 +223,9 @@ class CyclicalLangevin(Langevin):
 
     def period(self, schedule):
         """Return the cycle's length: the stages, step sizes and draws repeat every cycle."""
-        return schedule.cycle_length if isinstance(schedule, CyclicalStepSize) else None
+        if isinstance(schedule, CyclicalStepSize):
+            return schedule.cycle_length
+        return super().period(schedule)
 
     def step_values(self, schedule, steps):
         """Return the step sizes, the noise switch (off while exploring) and where draws may end."""

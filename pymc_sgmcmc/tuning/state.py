@@ -60,10 +60,6 @@ class ChainState:
     travel_budget : float
         The bias budget the chain travels at: the adapter's, lowered each
         time a travelling step diverged.
-    step_values : tuple or None
-        The settings, the number of steps and the per-step inputs of the
-        chain's last draw, kept while they cannot change from draw to draw
-        (a constant step size).
     last_draw : tuple or None
         The metric, the position (model coordinates) and the coordinates of
         the draw the chain last returned, so that a draw that starts where
@@ -76,13 +72,10 @@ class ChainState:
         Draws the kernel has run before PyMC asked for them, the next one
         last, each with its inner steps and last step size
         (:mod:`pymc_sgmcmc.ahead`).
-    step_block : tuple or None
-        The settings, the numbers of draws and steps and the per-step inputs
-        of the chain's last call of several draws, kept as ``step_values``.
     periodic : tuple or None
-        The settings and, for a periodic schedule, the per-step inputs and
-        draws' lengths built for them, by their place in the period
-        (:meth:`~pymc_sgmcmc.runner.KernelRunner.step_values`).
+        The settings and, for a periodic schedule (a constant step size, a
+        cycle), the per-step inputs and draws' lengths built for them, by their
+        place in the period (:meth:`~pymc_sgmcmc.runner.KernelRunner.step_values`).
     all_rows : AllRows or None
         Batches of all N rows, for settings whose estimator is the full
         data's gradient; ``None`` where it is not weighed.
@@ -113,11 +106,9 @@ class ChainState:
     tune_draws: int = 0
     travelling: bool = False
     travel_budget: float = 0.0
-    step_values: tuple | None = None
     last_draw: tuple | None = None
     last_point: tuple | None = None
     ahead: list = field(default_factory=list)
-    step_block: tuple | None = None
     periodic: tuple | None = None
     all_rows: AllRows | None = None
     full_data_checked: bool = False
