@@ -16,6 +16,7 @@ from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.tuning import TuningConfig, find_mode, measure
+from pymc_sgmcmc.tuning.curvature import largest_curvature
 from pymc_sgmcmc.tuning.kinks import likelihood_information, with_information
 from pymc_sgmcmc.tuning.measure import laplace
 from pymc_sgmcmc.tuning.mode import hessian_sds
@@ -83,6 +84,36 @@ def test_sghmc_defaults_sample_a_median_regression():
         )
     comparison = compare(idata.posterior, known.means, known.sds)
     assert_meets_bar(comparison, "SGHMC, median regression")
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_the_curvature_at_a_draw_on_a_kink_is_the_one_over_the_posteriors_scale(checked):
+    """A draw on one row's kink: the fine difference reads the gradient's jump.
+
+    In the coordinates of the exact posterior sds the median regression's
+    curvature, averaged over its kinks, is about 1. Without the coarse check
+    (the negative control) the jump of the one row straddled reads as a
+    curvature hundreds of times larger, and a chain on the full data's
+    gradient would take steps that much smaller.
+    """
+    known = median_regression()
+    probe = Probe(build_minibatch_log_density(known.model, known.model.value_vars))
+    # The data of median_regression(seed=10): the draws sit on rows' kinks.
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=known.n_rows)
+    y = 1.0 + 0.5 * x + rng.laplace(scale=0.7, size=known.n_rows)
+    intercept, slope = known.means["coefficients"]
+    # The four rows whose kinks pass closest to the posterior mean.
+    rows = np.argsort(np.abs(y - intercept - slope * x))[:4]
+    draws = np.array([[y[row] - slope * x[row], slope] for row in rows])
+    assert np.all(np.abs(draws - known.means["coefficients"]) < 5 * known.sds["coefficients"])
+    factor = np.diag(known.sds["coefficients"])
+    config = TuningConfig() if checked else UNCHECKED
+    found = largest_curvature(probe, draws, factor, np.random.default_rng(0), config=config)
+    if checked:
+        assert 0.5 < found < 2.0
+    else:
+        assert found > 100.0
 
 
 def test_a_smooth_likelihood_keeps_its_differenced_hessian_where_the_identity_fails():

@@ -488,7 +488,13 @@ class ChainAdapter(Travel):
         factor = settings.metric.factor(size) * np.sqrt(settings.preconditioner)[None, :]
         temperature = self.choices.temperature
         log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
-        largest = largest_curvature(self.probe, tightest_draws(draws, log_density), factor, rng)
+        largest = largest_curvature(
+            self.probe,
+            tightest_draws(draws, log_density),
+            factor,
+            rng,
+            config=self.tuning,
+        )
         measured = measurements.curvatures(factor)[1]
         if not largest > CURVATURE_MARGIN * measured:
             # A first check that finds no steeper curvature still counts: some
