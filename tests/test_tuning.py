@@ -224,6 +224,26 @@ def test_control_variates_win_when_their_noise_is_small():
     assert settings.estimator == "control_variate"
 
 
+@pytest.mark.parametrize("dynamics", [Langevin(), Underdamped()])
+def test_a_step_s_fixed_cost_makes_fewer_dearer_steps_pay(dynamics):
+    """The control variate's two gradients per step cost less than twice a plain step.
+
+    Its noise below the plain estimator's, it relaxes in fewer steps; counted
+    by gradients alone the plain estimator is cheaper per relaxation time, counted
+    with every step's fixed cost (``TuningConfig.step_overhead``) the control
+    variate is. A tuner that ignores the fixed cost is the negative control.
+    """
+    measurements = gaussian_measurements(noise=40.0)
+    measurements.noise_covariance["control_variate"] = 25.0 * np.eye(2)
+    automatic = choices(estimators=("minibatch", "control_variate"))
+    by_gradients = TuningConfig(step_overhead=0.0)
+    plain = choose_settings(dynamics, measurements, automatic, config=by_gradients)
+    assert plain.estimator == "minibatch"
+    settings = choose_settings(dynamics, measurements, automatic)
+    assert settings.estimator == "control_variate"
+    assert settings.relaxation < plain.relaxation
+
+
 def test_at_a_given_step_size_the_estimator_within_the_budget_wins():
     """Both estimators relax alike at a given step size; their noise decides."""
     measurements = gaussian_measurements(noise=20.0)
@@ -318,10 +338,13 @@ def test_the_full_data_gradient_is_chosen_where_it_relaxes_faster_per_unit_of_wo
     noisy = gaussian_measurements(noise=2000.0)
     automatic = choices(estimators=("minibatch", "control_variate"))
     minibatch = choose_settings(dynamics, noisy, automatic)
-    cost = TuningConfig().estimator_cost[minibatch.estimator] * minibatch.relaxation
+    config = TuningConfig()
+    # Every step's fixed cost, in minibatch gradients of B = 100 rows of D = 2.
+    overhead = config.step_overhead / (2 * noisy.batch_size * noisy.mode.size)
+    cost = (config.estimator_cost[minibatch.estimator] + overhead) * minibatch.relaxation
     exact = choose_settings(dynamics, gaussian_measurements(noise=0.0), choices())
-    # Work per step at which both cost alike per relaxation time.
-    even = cost / exact.relaxation
+    # Gradient work per step at which both cost alike per relaxation time.
+    even = cost / exact.relaxation - overhead
     cheap = choose_settings(dynamics, noisy, replace(automatic, full_data_work=0.9 * even))
     assert cheap.estimator == "full_data"
     assert cheap.gradient_noise == 0.0

@@ -88,6 +88,11 @@ class TuningConfig:
         step (``control_variate=None``); a draw's call of the kernel holds
         the row indices of all its inner steps, up to ``max_steps_per_draw``
         times this.
+    step_overhead : float
+        Fixed cost of an inner step besides its gradients, in the multiply-adds of a
+        gradient (a gradient on ``B`` rows of ``D`` coordinates costs about
+        ``2 B D``): drawing the batch and the noise and calling the compiled code.
+        The tuner counts it when it compares the gradient estimators' work.
     max_steps_per_draw : int
         Cap on the inner steps per recorded draw chosen from the relaxation time.
     slowness_threshold : float
@@ -185,6 +190,7 @@ class TuningConfig:
         default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0, "second_order": 4.0}
     )
     full_data_rows: int = 10_000
+    step_overhead: float = 10_000.0
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0

@@ -14,9 +14,10 @@ of the range (a smaller budget where the tune draws showed that the inflation
 moves the means by more than the budget in posterior sds, see
 :mod:`pymc_sgmcmc.tuning.tempering`), the metric and gradient estimator with the shortest
 relaxation time per unit of work (the work of an inner step counts the
-metric's multiply-adds against the gradient's, about ``2 B D``; a gradient on
-all N rows, free of noise, counts ``N / B`` minibatch gradients), and about
-one relaxation time of inner steps per draw.
+metric's multiply-adds against the gradient's, about ``2 B D``, and the step's
+fixed cost, ``TuningConfig.step_overhead``; a gradient on all N rows, free of
+noise, counts ``N / B`` minibatch gradients), and about one relaxation time
+of inner steps per draw.
 """
 
 from __future__ import annotations
@@ -446,14 +447,16 @@ def _step_work(estimator, metric, measurements, choices, config) -> float:
     """Return the work of one inner step, in minibatch gradients.
 
     A gradient on ``B`` rows costs about ``2 B D`` multiply-adds, to which the
-    metric's maps add their own.
+    metric's maps add their own, and every step has a fixed cost of about
+    ``config.step_overhead`` multiply-adds besides.
     """
     size = measurements.mode.size
     rows = measurements.batch_size
     if estimator == FULL_DATA:
         rows = rows * choices.full_data_work
     gradients = gradient_work(estimator, choices, config)
-    return gradients * (1.0 + metric.extra_work(size) / (2.0 * rows * size))
+    overhead = config.step_overhead / (2.0 * measurements.batch_size * size)
+    return gradients * (1.0 + metric.extra_work(size) / (2.0 * rows * size)) + overhead
 
 
 def _on_epochs(dynamics, model, measurements, factor, noise, epochs, temperature):
