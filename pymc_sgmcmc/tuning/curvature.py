@@ -26,6 +26,7 @@ import numpy as np
 
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.kinks import differences_disagree
 
 __all__ = [
     "CURVATURE_DRAWS",
@@ -63,10 +64,10 @@ def largest_curvature(
     quantile regression) has all its curvature at them, and a fine
     difference that straddles one reads the gradient's jump as a curvature
     without bound, while over the posterior's own scale the kinks average
-    into a smooth one. Where the two differences disagree by more than
-    ``config.kink_tolerance`` times the coarse one, the coarse one counts; a smooth
-    log density's curvature, a funnel's neck included, changes little over
-    a tenth of an sd.
+    into a smooth one. Where the two differences disagree
+    (:func:`~pymc_sgmcmc.tuning.kinks.differences_disagree`), the coarse one
+    counts; a smooth log density's curvature, a funnel's neck included,
+    changes little over a tenth of an sd.
 
     Parameters
     ----------
@@ -111,7 +112,7 @@ def largest_curvature(
             continue
         product = _curvature_product(probe, draw, factor, steepest_direction, config.kink_step)
         coarse = float(steepest_direction @ product)
-        if np.isfinite(coarse) and abs(steepest - coarse) > config.kink_tolerance * abs(coarse):
+        if np.isfinite(coarse) and differences_disagree(steepest, coarse, config):
             steepest = max(coarse, 0.0)
         largest = max(largest, steepest)
     return largest

@@ -20,7 +20,7 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 
-__all__ = ["likelihood_information", "with_information"]
+__all__ = ["differences_disagree", "likelihood_information", "with_information"]
 
 
 def likelihood_information(probe: Probe, position, rng, batches: int, batch_size: int):
@@ -56,6 +56,18 @@ def _directions(scale, rng, config: TuningConfig):
         return np.diag(scale)
     signs = rng.choice([-1.0, 1.0], size=(size, config.kink_directions))
     return signs * scale[:, None] / np.sqrt(size)
+
+
+def differences_disagree(fine, coarse, config: TuningConfig, information=0.0):
+    """Return where a curvature differenced finely and one over ``config.kink_step`` disagree.
+
+    They disagree by more than ``config.kink_tolerance`` times the coarse one
+    plus ``information`` (the information identity's curvature, where it was
+    estimated): a smooth log density's curvature changes little over a tenth
+    of an sd, so there the fine difference straddled a kink.
+    """
+    fine, coarse = np.asarray(fine), np.asarray(coarse)
+    return np.abs(fine - coarse) > config.kink_tolerance * (np.abs(coarse) + information)
 
 
 def with_information(
@@ -102,7 +114,7 @@ def with_information(
         probe, position, generator, config.information_batches, batch_size
     )
     along = np.einsum("ik,ij,jk->k", directions, information, directions)
-    if not np.any(np.abs(fine - coarse) > config.kink_tolerance * (np.abs(coarse) + along)):
+    if not np.any(differences_disagree(fine, coarse, config, along)):
         return (prior_hessian - likelihood if prior_kinked else hessian), False
     batches = max(16 * len(position), 4 * config.information_batches)
     information = likelihood_information(probe, position, generator, batches, batch_size)
