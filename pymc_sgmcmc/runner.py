@@ -9,6 +9,7 @@ a call while the chain tunes, the steps of several draws a call after it
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -30,6 +31,11 @@ CENTRED_ESTIMATORS = ("control_variate", "second_order")
 #: size's calls all start at the one place of its period, and a cycle's calls
 #: of several draws at a few places in it, the same in every cycle.
 PERIODIC_ENTRIES = 64
+
+#: Most row indices one call of the kernel holds (32 MiB of them): a draw on
+#: the full data's gradient runs its inner steps in calls of at most this
+#: many rows in all, each from where the last one ended.
+CALL_ROWS = 2**22
 
 
 class KernelRunner:
@@ -103,7 +109,10 @@ class KernelRunner:
             block = self._step_block(chain, draws, n_steps)
             draws = len(block["step_size"])
         noise_shape = (self.dynamics.noise_vectors, position.size)
-        batches = chain.all_rows if settings.estimator == FULL_DATA else chain.batches
+        state = {**chain.state, "position": self.coordinates(chain, settings.metric, position)}
+        if settings.estimator == FULL_DATA:
+            return self._run_on_all_rows(chain, state, n_steps, step_values, rng, noise_shape)
+        batches = chain.batches
         # The rows and the noise of ``draws`` draws, each from its own generator
         # in one call: the numbers of a call per draw.
         indices = batches.draw(chain.row_generator, draws * n_steps)
@@ -111,7 +120,6 @@ class KernelRunner:
         if draws > 1:
             indices = indices.reshape(draws, n_steps, -1)
             noise = noise.reshape(draws, n_steps, *noise_shape)
-        state = {**chain.state, "position": self.coordinates(chain, settings.metric, position)}
         self.compiled.pages.read(indices)
         kernel = self.kernel(chain)
         if draws == 1:
@@ -125,6 +133,32 @@ class KernelRunner:
             for result, step_size in zip(results[:0:-1], last_step_sizes[:0:-1], strict=True)
         ]
         return results[0]
+
+    def _run_on_all_rows(self, chain, state, n_steps, step_values, rng, noise_shape):
+        """Return what the kernel gives for a draw of ``n_steps`` steps on all rows.
+
+        The steps run in calls of at most :data:`CALL_ROWS` row indices, each
+        from the state the last one returned, so that memory does not grow
+        with ``n_steps`` times N; a call that stops at a non-finite step ends
+        the draw. The noise is drawn call by call, in the order of the steps.
+        """
+        rows = chain.all_rows
+        kernel = self.kernel(chain)
+        length = max(1, CALL_ROWS // rows.n_rows)
+        taken = clipped = 0
+        for start in range(0, n_steps, length):
+            steps = min(length, n_steps - start)
+            indices = rows.draw(chain.row_generator, steps)
+            noise = rng.standard_normal((steps, *noise_shape))
+            values = {name: value[start : start + steps] for name, value in step_values.items()}
+            with interrupts_held:
+                result = kernel(state, indices, noise, values, chain.kernel_inputs)
+            taken += result.steps_taken
+            clipped += result.clipped_steps
+            state = result.state
+            if result.steps_taken < steps:
+                break
+        return dataclasses.replace(result, steps_taken=taken, clipped_steps=clipped)
 
     def draws_per_call(self, chain, n_steps: int, tune: bool) -> int:
         """Return how many draws the next kernel call may run: one unless they can run ahead.

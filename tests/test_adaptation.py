@@ -13,7 +13,8 @@ from pymc.blocking import DictToArrayBijection
 from scipy import stats
 
 from pymc_sgmcmc import SGHMC, SGLD
-from pymc_sgmcmc.batches import IndexStream
+from pymc_sgmcmc import runner as runner_module
+from pymc_sgmcmc.batches import AllRows, IndexStream
 from pymc_sgmcmc.estimators import (
     Probe,
     control_variate_gradient,
@@ -432,6 +433,28 @@ def test_the_full_data_gradient_is_kept_only_once_a_tune_window_checked_it(tune)
     checked = tune >= COSTLY_CONTROL_VARIATES.windows[0]
     assert np.all(noise == 0.0) == checked
     assert np.all(noise > 0.0) == (not checked)
+
+
+def test_a_draw_on_all_rows_runs_in_calls_of_bounded_rows_with_the_same_draws(monkeypatch):
+    """Calls of a few steps each, from where the last ended, take the same steps as one."""
+    model, _, _ = widely_spread_regression()
+    step = SGLD(batch_size=5, model=model, tuning=COSTLY_CONTROL_VARIATES)
+    whole = run(step, model, draws=5, tune=150)
+    assert np.all(np.asarray(whole.sample_stats["gradient_noise"]) == 0.0)
+    assert np.all(np.asarray(whole.sample_stats["steps_per_draw"]) >= 3)
+    calls = []
+    draw = AllRows.draw
+
+    def counted(self, rng, n_batches):
+        calls.append(n_batches)
+        return draw(self, rng, n_batches)
+
+    monkeypatch.setattr(runner_module, "CALL_ROWS", 2 * 50 + 49)
+    monkeypatch.setattr(AllRows, "draw", counted)
+    step = SGLD(batch_size=5, model=model, tuning=COSTLY_CONTROL_VARIATES)
+    parts = run(step, model, draws=5, tune=150)
+    np.testing.assert_array_equal(parts.posterior["slope"], whole.posterior["slope"])
+    assert max(calls) == 2
 
 
 def test_the_full_data_gradient_is_weighed_only_where_the_tuner_chooses_the_estimator():

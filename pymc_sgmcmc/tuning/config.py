@@ -85,9 +85,9 @@ class TuningConfig:
         Relative cost of one inner step of each gradient estimator.
     full_data_rows : int
         Most rows for which a chain weighs the full data's gradient at every
-        step (``control_variate=None``); a draw's call of the kernel holds
-        the row indices of all its inner steps, up to ``max_steps_per_draw``
-        times this.
+        step (``control_variate=None``). A gradient on all rows holds arrays
+        of N rows while it runs; its work is weighed against the minibatch
+        estimators' in any case.
     step_overhead : float
         Fixed cost of an inner step besides its gradients, in the multiply-adds of a
         gradient (a gradient on ``B`` rows of ``D`` coordinates costs about
@@ -189,7 +189,7 @@ class TuningConfig:
     estimator_cost: dict = field(
         default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0, "second_order": 4.0}
     )
-    full_data_rows: int = 10_000
+    full_data_rows: int = 100_000
     step_overhead: float = 10_000.0
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0
