@@ -469,6 +469,12 @@ def test_the_full_data_gradient_is_weighed_only_where_the_tuner_chooses_the_esti
     assert few.choices.full_data_work == np.inf
 
 
+def test_the_full_data_gradient_is_weighed_on_tens_of_thousands_of_rows(large_logistic):
+    """Its draws run in calls of bounded rows, so memory does not cap N at 10,000."""
+    step = SGLD(batch_size=50, model=large_logistic.model)
+    assert step.choices.full_data_work == 20_000 / 50
+
+
 def test_warning_when_the_budget_forces_tiny_steps(large_logistic, caplog):
     model = large_logistic.model
     with caplog.at_level(logging.WARNING, logger="pymc"):
