@@ -2,6 +2,7 @@
 
 import logging
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pymc as pm
@@ -20,10 +21,12 @@ from pymc_sgmcmc.estimators import (
     control_variate_gradient,
     second_order_control_variate_gradient,
 )
+from pymc_sgmcmc.kernel import KernelResult
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression, logistic_regression
 from pymc_sgmcmc.real_posteriors import median_regression, radon_like
 from pymc_sgmcmc.registry import SAMPLERS
+from pymc_sgmcmc.runner import KernelRunner
 from pymc_sgmcmc.samplers.sghmc import Underdamped
 from pymc_sgmcmc.samplers.sgld import Langevin
 from pymc_sgmcmc.tuning import TuningConfig, UserChoices, find_mode, measure
@@ -467,6 +470,34 @@ def test_the_full_data_gradient_is_weighed_only_where_the_tuner_chooses_the_esti
     # Nor on more rows than TuningConfig.full_data_rows.
     few = SGLD(batch_size=5, model=model, tuning=TuningConfig(full_data_rows=49))
     assert few.choices.full_data_work == np.inf
+
+
+def test_a_draw_on_all_rows_ends_with_the_call_that_stopped_at_a_non_finite_step(monkeypatch):
+    """The later calls do not run: the draw ends at the last finite state, as one call would."""
+    calls = []
+
+    def kernel(state, indices, noise, values, inputs):
+        calls.append(len(indices))
+        # The second call stops after one of its steps.
+        taken = 1 if len(calls) == 2 else len(indices)
+        position = state["position"] + taken
+        return KernelResult({"position": position}, position, 0.0, 0.0, taken)
+
+    monkeypatch.setattr(runner_module, "CALL_ROWS", 2 * 10)
+    monkeypatch.setattr(KernelRunner, "kernel", lambda self, chain: kernel)
+    chain = SimpleNamespace(all_rows=AllRows(10), row_generator=None, kernel_inputs=[])
+    runner = KernelRunner.__new__(KernelRunner)
+    result = runner._run_on_all_rows(
+        chain,
+        {"position": np.zeros(1)},
+        7,
+        {"step_size": np.ones(7)},
+        np.random.default_rng(0),
+        (1, 1),
+    )
+    assert calls == [2, 2]
+    assert result.steps_taken == 3
+    np.testing.assert_array_equal(result.position, [3.0])
 
 
 def test_the_full_data_gradient_is_weighed_on_tens_of_thousands_of_rows(large_logistic):
