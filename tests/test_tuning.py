@@ -354,6 +354,23 @@ def test_the_full_data_gradient_is_chosen_where_it_relaxes_faster_per_unit_of_wo
     assert dear.step_size.value == pytest.approx(minibatch.step_size.value)
 
 
+@pytest.mark.parametrize("dynamics", [Langevin(), Underdamped()])
+def test_the_full_data_gradient_is_left_out_where_it_would_not_relax_within_the_cap(dynamics):
+    """Draws of the cap of inner steps on all N rows would cost N / B times a minibatch draw."""
+    noisy = gaussian_measurements(noise=2000.0)
+    automatic = choices(estimators=("minibatch", "control_variate"), full_data_work=0.01)
+    cheap = choose_settings(dynamics, noisy, automatic)
+    assert cheap.estimator == "full_data"
+    steps = cheap.relaxation
+    within = TuningConfig(max_steps_per_draw=int(np.ceil(steps)))
+    assert choose_settings(dynamics, noisy, automatic, config=within).estimator == "full_data"
+    beyond = TuningConfig(max_steps_per_draw=int(np.floor(steps)))
+    assert choose_settings(dynamics, noisy, automatic, config=beyond).estimator != "full_data"
+    # Tune draws that decorrelated more slowly than predicted count too.
+    slow = replace(noisy, slowness=2.0)
+    assert choose_settings(dynamics, slow, automatic, config=within).estimator != "full_data"
+
+
 def test_a_chain_whose_minibatches_relax_slowly_travels_on_them_before_the_full_data():
     """Noise far above the curvature tells a mode far from the mass; the chain travels."""
     measurements = gaussian_measurements(noise=2000.0)

@@ -87,7 +87,8 @@ class TuningConfig:
         Most rows for which a chain weighs the full data's gradient at every
         step (``control_variate=None``). A gradient on all rows holds arrays
         of N rows while it runs; its work is weighed against the minibatch
-        estimators' in any case.
+        estimators' in any case, and only where it relaxes within
+        ``max_steps_per_draw`` inner steps.
     step_overhead : float
         Fixed cost of an inner step besides its gradients, in the multiply-adds of a
         gradient (a gradient on ``B`` rows of ``D`` coordinates costs about

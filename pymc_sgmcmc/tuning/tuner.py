@@ -303,6 +303,11 @@ def choose_settings(
             relaxation = max(
                 model.relaxation(step_size, a, noise / temperature) for a in curvatures
             )
+            if estimator == FULL_DATA and relaxation * measurements.slowness > (
+                config.max_steps_per_draw
+            ):
+                # Its draws would each run the cap of inner steps on all N rows.
+                continue
             cost = relaxation * _step_work(estimator, metric, measurements, choices, config)
             # At a given step size every estimator relaxes alike; what tells
             # them apart is how far their noise inflates the variance, so the
