@@ -356,19 +356,23 @@ def test_the_full_data_gradient_is_chosen_where_it_relaxes_faster_per_unit_of_wo
 
 @pytest.mark.parametrize("dynamics", [Langevin(), Underdamped()])
 def test_the_full_data_gradient_is_left_out_where_it_would_not_relax_within_the_cap(dynamics):
-    """Draws of the cap of inner steps on all N rows would cost N / B times a minibatch draw."""
+    """On many rows, draws of the cap of inner steps on all N would cost N / B minibatch draws."""
     noisy = gaussian_measurements(noise=2000.0)
     automatic = choices(estimators=("minibatch", "control_variate"), full_data_work=0.01)
     cheap = choose_settings(dynamics, noisy, automatic)
     assert cheap.estimator == "full_data"
     steps = cheap.relaxation
-    within = TuningConfig(max_steps_per_draw=int(np.ceil(steps)))
+    # On more rows than capped_full_data_rows (the rows here: 0.01 B).
+    within = TuningConfig(max_steps_per_draw=int(np.ceil(steps)), capped_full_data_rows=0)
     assert choose_settings(dynamics, noisy, automatic, config=within).estimator == "full_data"
-    beyond = TuningConfig(max_steps_per_draw=int(np.floor(steps)))
+    beyond = replace(within, max_steps_per_draw=int(np.floor(steps)))
     assert choose_settings(dynamics, noisy, automatic, config=beyond).estimator != "full_data"
     # Tune draws that decorrelated more slowly than predicted count too.
     slow = replace(noisy, slowness=2.0)
     assert choose_settings(dynamics, slow, automatic, config=within).estimator != "full_data"
+    # On fewer rows a draw of the cap of steps on all of them is still taken.
+    few = replace(beyond, capped_full_data_rows=1)
+    assert choose_settings(dynamics, noisy, automatic, config=few).estimator == "full_data"
 
 
 def test_a_chain_whose_minibatches_relax_slowly_travels_on_them_before_the_full_data():

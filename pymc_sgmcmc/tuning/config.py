@@ -87,8 +87,12 @@ class TuningConfig:
         Most rows for which a chain weighs the full data's gradient at every
         step (``control_variate=None``). A gradient on all rows holds arrays
         of N rows while it runs; its work is weighed against the minibatch
-        estimators' in any case, and only where it relaxes within
-        ``max_steps_per_draw`` inner steps.
+        estimators' in any case.
+    capped_full_data_rows : int
+        Most rows on which a chain takes the full data's gradient where it
+        relaxes more slowly than ``max_steps_per_draw`` allows: each draw
+        then runs the cap of inner steps on all N rows. On more rows (up to
+        ``full_data_rows``) it is weighed only where it relaxes within the cap.
     step_overhead : float
         Fixed cost of an inner step besides its gradients, in the multiply-adds of a
         gradient (a gradient on ``B`` rows of ``D`` coordinates costs about
@@ -191,6 +195,7 @@ class TuningConfig:
         default_factory=lambda: {"minibatch": 1.0, "control_variate": 2.0, "second_order": 4.0}
     )
     full_data_rows: int = 100_000
+    capped_full_data_rows: int = 10_000
     step_overhead: float = 10_000.0
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0

@@ -303,8 +303,10 @@ def choose_settings(
             relaxation = max(
                 model.relaxation(step_size, a, noise / temperature) for a in curvatures
             )
-            if estimator == FULL_DATA and relaxation * measurements.slowness > (
-                config.max_steps_per_draw
+            if (
+                estimator == FULL_DATA
+                and relaxation * measurements.slowness > config.max_steps_per_draw
+                and choices.full_data_work * measurements.batch_size > config.capped_full_data_rows
             ):
                 # Its draws would each run the cap of inner steps on all N rows.
                 continue
