@@ -11,8 +11,8 @@ from pymc_sgmcmc.cluster import ClusterPasses
 from pymc_sgmcmc.disk_rows import PageRelease
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import ESTIMATORS, Probe
-from pymc_sgmcmc.kernel import Kernel
-from pymc_sgmcmc.loop import InterpretedKernel
+from pymc_sgmcmc.kernel import Kernel, is_jax
+from pymc_sgmcmc.loop import InterpretedKernel, PositionTerms, compiled_terms_needed
 from pymc_sgmcmc.metric import METRICS
 from pymc_sgmcmc.minibatch import (
     MinibatchError,
@@ -125,12 +125,20 @@ class CompiledModel:
     ) -> InterpretedKernel:
         """Return the interpreted loop of ``dynamics`` with ``estimator`` and ``metric``.
 
-        It compiles nothing beyond the probe, which the measurements use too.
+        It compiles nothing beyond the probe, which the measurements use
+        too, and the dynamics' position terms where they move with the
+        position (:class:`~pymc_sgmcmc.loop.PositionTerms`).
         """
         key = _kernel_key(dynamics, estimator, metric)
         if key not in self._interpreted:
+            terms = None
+            if compiled_terms_needed(dynamics):
+                _log.info("Compiling the %s position terms (%s).", type(dynamics).__name__, _CACHED)
+                # JAX's per-call cost would outweigh the terms' own; C runs them on the CPU.
+                kwargs = {"mode": "CVM"} if is_jax(self.compile_kwargs) else self.compile_kwargs
+                terms = PositionTerms(self.density, dynamics, METRICS[metric], kwargs)
             self._interpreted[key] = InterpretedKernel(
-                self.probe, estimator, dynamics, METRICS[metric]
+                self.probe, estimator, dynamics, METRICS[metric], terms
             )
         return self._interpreted[key]
 

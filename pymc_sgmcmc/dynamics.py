@@ -133,6 +133,10 @@ class Dynamics(ABC):
     position_inputs : tuple of str
         Names of the vectors over the coordinates :meth:`position_terms`
         returns.
+    position_terms_read_gradient : bool
+        Whether :meth:`position_terms` reads the gradient estimate; terms that
+        read only the state can also be compiled as a function of their own,
+        which the interpreted loop (:mod:`pymc_sgmcmc.loop`) calls.
     exact_gaussian_model : bool
         Whether :meth:`gaussian_model` is the chain's exact stationary law on a
         Gaussian target (True) or a bound the step size is chosen from.
@@ -145,6 +149,7 @@ class Dynamics(ABC):
     step_inputs: ClassVar[tuple[str, ...]] = ("step_size",)
     stats: ClassVar[dict[str, type]] = {}
     position_inputs: ClassVar[tuple[str, ...]] = ()
+    position_terms_read_gradient: ClassVar[bool] = True
     exact_gaussian_model: ClassVar[bool] = True
 
     @staticmethod
@@ -217,6 +222,26 @@ class Dynamics(ABC):
         """
         return None
 
+    def fixed_position_terms(self, size: int) -> dict[str, np.ndarray] | None:
+        """Return the position terms as arrays where they do not depend on the position.
+
+        The interpreted loop (:mod:`pymc_sgmcmc.loop`) passes them to
+        :meth:`step` without computing them; by default only dynamics
+        without position terms have fixed ones.
+
+        Parameters
+        ----------
+        size : int
+            Number of coordinates.
+
+        Returns
+        -------
+        dict of str to ndarray or None
+            The values of :attr:`position_inputs`, or None where
+            :meth:`position_terms` depends on the position.
+        """
+        return None if self.position_inputs else {}
+
     def position_terms(
         self, state: Mapping[str, Any], gradient, log_prior, inputs: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -230,8 +255,10 @@ class Dynamics(ABC):
         ----------
         state : mapping of str to TensorVariable
             ``"position"`` (in the coordinates the chain runs in) and the state.
-        gradient : TensorVariable
-            The gradient estimate at the position, a graph of the position.
+        gradient : TensorVariable or None
+            The gradient estimate at the position, a graph of the position;
+            None where the terms are compiled on their own, which
+            :attr:`position_terms_read_gradient` false allows.
         log_prior : callable
             Maps a position (TensorVariable) to the log prior density there,
             with the Jacobians of the transforms.

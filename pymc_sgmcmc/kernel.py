@@ -24,6 +24,7 @@ from pymc_sgmcmc.minibatch import MinibatchLogDensity
 __all__ = [
     "Kernel",
     "KernelResult",
+    "StepSymbols",
     "as_state",
     "checked_input",
     "checks_as_minus_infinity",
@@ -128,6 +129,68 @@ def checked_input(sampler: str, named: Mapping, name: str, dtype, template, size
     return value
 
 
+class StepSymbols:
+    """The symbolic inputs of one inner step of ``dynamics`` in ``metric``'s coordinates.
+
+    The dynamics run in the metric's coordinates ``z``, with
+    ``theta = shift + A z`` the model's position.
+
+    Parameters
+    ----------
+    density : MinibatchLogDensity
+        Symbolic minibatch estimate of the log density.
+    dynamics : Dynamics
+        The sampler's declaration.
+    metric : type of Metric
+        The kind of metric whose coordinates the dynamics run in.
+
+    Attributes
+    ----------
+    coordinates : TensorVariable
+        The position in the metric's coordinates.
+    metric_inputs : dict of str to TensorVariable
+        The metric's inputs.
+    theta : TensorVariable
+        The position in the model's coordinates, a graph of ``coordinates``.
+    state : dict of str to TensorVariable
+        ``"position"`` (the coordinates) and the dynamics' state.
+    chain_inputs, step_inputs : dict of str to TensorVariable
+        The dynamics' chain and step inputs.
+    """
+
+    def __init__(self, density: MinibatchLogDensity, dynamics: Dynamics, metric: type[Metric]):
+        self._density = density
+        self._metric = metric
+        position = density.position
+
+        def placeholder(entry):
+            # Vectors take the position's type, whose length is known statically.
+            return (
+                pt.scalar(entry.name, dtype="float64")
+                if entry.scalar
+                else position.type(entry.name)
+            )
+
+        self.coordinates = position.type("coordinates")
+        self.metric_inputs = {
+            name: pt.tensor(name, shape=(None,) * len(shape), dtype="float64")
+            for name, shape in metric.input_shapes.items()
+        }
+        self.theta = metric.to_position(self.coordinates, self.metric_inputs)
+        self.state = {"position": self.coordinates}
+        self.state.update({entry.name: placeholder(entry) for entry in dynamics.state})
+        self.step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
+        self.chain_inputs = {spec.name: placeholder(spec) for spec in dynamics.chain_inputs_spec}
+
+    def log_prior(self, value):
+        """Return the log prior (with the transforms' Jacobians) at coordinates ``value``."""
+        return graph_replace(
+            self._density.log_prior,
+            {self._density.position: self._metric.to_position(value, self.metric_inputs)},
+            strict=False,
+        )
+
+
 class Kernel:
     """K inner steps of a sampler, compiled by PyTensor from its declaration.
 
@@ -182,22 +245,9 @@ class Kernel:
         self.dynamics = dynamics
         self.metric = metric
         position = density.position
-
-        def placeholder(entry):
-            # Vectors take the position's type, whose length is known statically.
-            return (
-                pt.scalar(entry.name, dtype="float64")
-                if entry.scalar
-                else position.type(entry.name)
-            )
-
-        # The dynamics run in the metric's coordinates z, theta = shift + A z.
-        coordinates = position.type("coordinates")
-        metric_inputs = {
-            name: pt.tensor(name, shape=(None,) * len(shape), dtype="float64")
-            for name, shape in metric.input_shapes.items()
-        }
-        theta = metric.to_position(coordinates, metric_inputs)
+        symbols = StepSymbols(density, dynamics, metric)
+        coordinates, metric_inputs = symbols.coordinates, symbols.metric_inputs
+        theta = symbols.theta
         raw_gradient = metric.pull_gradient(
             graph_replace(estimator.gradient, {position: theta}, strict=False), metric_inputs
         )
@@ -207,21 +257,10 @@ class Kernel:
         clip = pt.scalar("gradient_clip", dtype="float64")
         clipped = gradient_norm > clip
         gradient = raw_gradient * pt.minimum(1.0, clip / gradient_norm)
-        state = {"position": coordinates}
-        state.update({entry.name: placeholder(entry) for entry in dynamics.state})
+        state, step_inputs, chain_inputs = symbols.state, symbols.step_inputs, symbols.chain_inputs
         noise = pt.matrix("noise", dtype="float64")
-        step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
-        chain_inputs = {spec.name: placeholder(spec) for spec in dynamics.chain_inputs_spec}
         rule_inputs = {**chain_inputs, **step_inputs}
-
-        def log_prior(value):
-            return graph_replace(
-                density.log_prior,
-                {position: metric.to_position(value, metric_inputs)},
-                strict=False,
-            )
-
-        terms = dynamics.position_terms(state, gradient, log_prior, rule_inputs)
+        terms = dynamics.position_terms(state, gradient, symbols.log_prior, rule_inputs)
         new_state = dynamics.step(state, gradient, noise, {**rule_inputs, **terms})
         new_state = [pt.as_tensor(new_state[name], dtype="float64") for name in state]
         checked = pt.concatenate([gradient_norm[None], *(pt.atleast_1d(s) for s in new_state)])

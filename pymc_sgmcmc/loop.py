@@ -13,8 +13,11 @@ taken enough steps for the compilation to pay (see
 :attr:`~pymc_sgmcmc.tuning.TuningConfig.interpreted_steps`); short runs never
 compile a kernel.
 
-Dynamics whose update reads position terms built by autodiff inside the
-kernel (pSGLD's correction, SGRLD's metric) have no interpreted form.
+Position terms that read only the state (SGRLD's metric and its
+correction) are compiled as a function of their own
+(:class:`PositionTerms`), called once per step; pSGLD's correction, when
+asked for, reads the minibatch gradient's derivatives and has no
+interpreted form.
 """
 
 from __future__ import annotations
@@ -22,19 +25,77 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+import pymc as pm
 from pymc.logprob.utils import ParameterValueError
 
+from pymc_sgmcmc.compiling import numba_flags
+from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Probe
-from pymc_sgmcmc.kernel import KernelResult, checked_input
+from pymc_sgmcmc.kernel import KernelResult, StepSymbols, checked_input
 from pymc_sgmcmc.metric import Metric
+from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
-__all__ = ["InterpretedKernel", "interpretable"]
+__all__ = ["InterpretedKernel", "PositionTerms", "interpretable"]
 
 
 def interpretable(dynamics: Dynamics) -> bool:
     """Return whether ``dynamics`` can run in an :class:`InterpretedKernel`."""
-    return not dynamics.position_inputs
+    return dynamics.fixed_position_terms(1) is not None or not dynamics.position_terms_read_gradient
+
+
+def compiled_terms_needed(dynamics: Dynamics) -> bool:
+    """Return whether the interpreted loop of ``dynamics`` calls a :class:`PositionTerms`."""
+    return dynamics.fixed_position_terms(1) is None
+
+
+class PositionTerms:
+    """The position terms of dynamics that read no gradient, compiled on their own.
+
+    Parameters
+    ----------
+    density : MinibatchLogDensity
+        Symbolic minibatch estimate of the log density (its prior is read).
+    dynamics : Dynamics
+        The sampler's declaration; its position terms must not read the
+        gradient.
+    metric : type of Metric
+        The kind of metric whose coordinates the dynamics run in.
+    compile_kwargs : dict, optional
+        Passed to :func:`pymc.compile`, as for the kernel.
+    """
+
+    def __init__(
+        self,
+        density: MinibatchLogDensity,
+        dynamics: Dynamics,
+        metric: type[Metric],
+        compile_kwargs: dict | None = None,
+    ):
+        if dynamics.position_terms_read_gradient:
+            raise ValueError(
+                f"The {dynamics.name} position terms read the gradient estimate; "
+                "they are computed inside the compiled kernel only."
+            )
+        symbols = StepSymbols(density, dynamics, metric)
+        rule_inputs = {**symbols.chain_inputs, **symbols.step_inputs}
+        terms = dynamics.position_terms(symbols.state, None, symbols.log_prior, rule_inputs)
+        named = {**symbols.state, **symbols.metric_inputs, **rule_inputs}
+        self.names = tuple(dynamics.position_inputs)
+        self._inputs = tuple(named)
+        with numba_flags():
+            function = pm.compile(
+                list(named.values()),
+                [terms[name] for name in self.names],
+                on_unused_input="ignore",
+                **dict(compile_kwargs or {}),
+            )
+        self._call = direct_call(function, len(named))
+
+    def __call__(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Return the terms at the state and inputs in ``values`` (float64 arrays, by name)."""
+        outputs = self._call(*(values[name] for name in self._inputs))
+        return dict(zip(self.names, outputs, strict=True))
 
 
 class InterpretedKernel:
@@ -55,14 +116,27 @@ class InterpretedKernel:
         The sampler's declaration; it must have no position terms.
     metric : type of Metric
         The kind of metric the chain runs in.
+    position_terms : PositionTerms, optional
+        The dynamics' position terms, where they are not fixed
+        (:meth:`~pymc_sgmcmc.dynamics.Dynamics.fixed_position_terms`).
     """
 
-    def __init__(self, probe: Probe, estimator: str, dynamics: Dynamics, metric: type[Metric]):
+    def __init__(
+        self,
+        probe: Probe,
+        estimator: str,
+        dynamics: Dynamics,
+        metric: type[Metric],
+        position_terms: PositionTerms | None = None,
+    ):
         if not interpretable(dynamics):
             raise ValueError(
                 f"The {dynamics.name} update reads position terms built inside the compiled "
                 "kernel; it has no interpreted form."
             )
+        if position_terms is None and compiled_terms_needed(dynamics):
+            raise ValueError(f"The {dynamics.name} interpreted loop needs its position terms.")
+        self.position_terms = position_terms
         self.probe = probe
         self.estimator = estimator
         self.dynamics = dynamics
@@ -86,7 +160,16 @@ class InterpretedKernel:
         values = {name: np.asarray(value) for name, value in named.items()}
         for name, template in self._shapes.items():
             values[name] = checked_input(self.dynamics.name, named, name, "float64", template, size)
+        values.update(self.dynamics.fixed_position_terms(size) or {})
         return values
+
+    def _terms(self, state, metric_inputs, rule_inputs) -> dict[str, np.ndarray]:
+        """Return the position terms at ``state``, with the step inputs as 0-d arrays."""
+        step_values = {
+            name: np.asarray(rule_inputs[name], dtype="float64")
+            for name in self.dynamics.step_inputs
+        }
+        return self.position_terms({**state, **metric_inputs, **rule_inputs, **step_values})
 
     def __call__(
         self,
@@ -103,7 +186,11 @@ class InterpretedKernel:
         """
         metric, dynamics, probe, estimator = self.metric, self.dynamics, self.probe, self.estimator
         metric_inputs = {name: values[name] for name in metric.input_shapes}
-        rule_inputs = {name: values[name] for name in self._chain_names}
+        rule_inputs = {
+            name: values[name]
+            for name in (*self._chain_names, *dynamics.position_inputs)
+            if name in values
+        }
         clip = float(values["gradient_clip"])
         steps_taken = clipped_steps = 0
         gradient_norm = np.nan
@@ -122,6 +209,8 @@ class InterpretedKernel:
                     gradient = gradient * (clip / norm)
                 for name in dynamics.step_inputs:
                     rule_inputs[name] = step_inputs[name][k]
+                if self.position_terms is not None:
+                    rule_inputs.update(self._terms(state, metric_inputs, rule_inputs))
                 new_state = dynamics.step(state, gradient, noise[k], rule_inputs)
                 new_state = {
                     name: np.asarray(new_state[name], dtype="float64") for name in self.state_names

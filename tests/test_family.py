@@ -2,7 +2,8 @@
 
 - SGRLD's metric and correction, built by autodiff, against the closed form
   on Neal's funnel (Patterson & Teh's diagonal metric ``e^{-v}`` for the
-  group effects).
+  group effects); compiled on their own for the interpreted loop, the same
+  terms and steps.
 - pSGLD's correction term against a finite difference of its preconditioner.
 - SGNHT's thermostat absorbs isotropic gradient noise: on a Gaussian target
   the position variance stays at the noise-free value, where SGHMC at the
@@ -20,8 +21,10 @@ import pytest
 from rules import position_terms
 
 from pymc_sgmcmc import SGLD, SGNHT, ConstantStepSize, CyclicalSGLD, CyclicalStepSize
-from pymc_sgmcmc.estimators import minibatch_gradient
+from pymc_sgmcmc.estimators import Probe, minibatch_gradient
 from pymc_sgmcmc.kernel import Kernel
+from pymc_sgmcmc.loop import InterpretedKernel, PositionTerms
+from pymc_sgmcmc.metric import metric_from_covariance
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.samplers.cyclical import SETTLING_RELAXATIONS, CyclicalLangevin
 from pymc_sgmcmc.samplers.psgld import RMSpropLangevin
@@ -81,6 +84,40 @@ def test_riemannian_metric_and_correction_match_the_funnel_closed_form(funnel):
     # The effects' entries e^{v} do not depend on the effects: no correction there.
     assert np.all(np.abs(terms["correction"][1:]) < 1e-12)
     assert abs(terms["correction"][0]) > 1e-3
+
+
+def test_riemannian_terms_compiled_on_their_own_take_the_kernels_steps(funnel):
+    """The interpreted loop's SGRLD terms: the closed form, then the fused kernel's steps.
+
+    On the funnel the metric and its correction move with the position, so a
+    loop that held them fixed, or read them at the wrong state, would differ.
+    """
+    dynamics = RiemannianLangevin()
+    mode = np.array([0.3, 0.1, -0.2, 0.0])
+    metric = metric_from_covariance("diagonal", mode, np.diag([0.5, 2.0, 2.0, 2.0]), spread=1.0)
+    inputs = dynamics.chain_inputs(np.ones(4), 1.0, {"mode": metric.to_coordinates(mode)})
+    terms = PositionTerms(funnel, dynamics, type(metric), {"mode": "CVM"})
+    position = np.array([-1.2, 0.4, -0.3, 0.2])
+    state = {"position": metric.to_coordinates(position)}
+    named = {key: np.asarray(value, dtype="float64") for key, value in inputs.items()}
+    computed = terms({**state, **named, **metric.inputs(), "step_size": np.asarray(0.01)})
+    expected = position_terms(dynamics, funnel, state, inputs, metric)
+    for name in dynamics.position_inputs:
+        np.testing.assert_allclose(computed[name], expected[name], rtol=1e-10, atol=1e-14)
+    assert abs(computed["correction"][0]) > 1e-3
+
+    named = {**inputs, **metric.inputs()}
+    fused = Kernel(funnel, minibatch_gradient(funnel), dynamics, {"mode": "CVM"}, type(metric))
+    loop = InterpretedKernel(Probe(funnel), "minibatch", dynamics, type(metric), terms)
+    rng = np.random.default_rng(4)
+    indices = rng.integers(3 * 20, size=(12, 10))
+    noise = rng.standard_normal((12, 1, 4))
+    step_values = {"step_size": np.full(12, 0.05)}
+    expected = fused(state, indices, noise, step_values, fused.prepare(named, 4))
+    result = loop(state, indices, noise, step_values, loop.prepare(named, 4))
+    assert result.steps_taken == expected.steps_taken == 12
+    np.testing.assert_allclose(result.position, expected.position, rtol=1e-10)
+    assert np.ptp(result.position - position) > 0.1
 
 
 def test_preconditioned_correction_is_the_derivative_of_the_preconditioner(funnel):

@@ -29,7 +29,12 @@ from pymc_sgmcmc.estimators import (
     second_order_control_variate_gradient,
 )
 from pymc_sgmcmc.kernel import Kernel, as_state
-from pymc_sgmcmc.loop import InterpretedKernel, interpretable
+from pymc_sgmcmc.loop import (
+    InterpretedKernel,
+    PositionTerms,
+    compiled_terms_needed,
+    interpretable,
+)
 from pymc_sgmcmc.metric import METRICS, metric_from_covariance
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.registry import SAMPLERS
@@ -507,7 +512,10 @@ def test_interpreted_loop_takes_the_fused_kernels_steps(density, sampler_name, m
     assert metric.kind == metric_kind
     named = {**chain_inputs(dynamics), **metric.inputs(), **centre.inputs(), "gradient_clip": 5.0}
     fused = Kernel(density, control_variate_gradient(density), dynamics, None, type(metric))
-    loop = InterpretedKernel(probe, "control_variate", dynamics, type(metric))
+    terms = (
+        PositionTerms(density, dynamics, type(metric)) if compiled_terms_needed(dynamics) else None
+    )
+    loop = InterpretedKernel(probe, "control_variate", dynamics, type(metric), terms)
     rng = np.random.default_rng(5)
     indices, _ = make_inputs(9)
     noise = rng.standard_normal((9, dynamics.noise_vectors, 3))
@@ -586,6 +594,23 @@ def test_interpreted_loop_checks_its_inputs_once(density):
         loop.prepare({k: v for k, v in named.items() if k != "temperature"}, 3)
 
 
-def test_samplers_with_position_terms_have_no_interpreted_loop(density):
+def test_position_terms_that_read_the_gradient_have_no_interpreted_loop(density):
+    """pSGLD's correction reads the minibatch gradient's derivatives: the fused kernel only."""
+    dynamics = SAMPLERS["PSGLD"].dynamics_class(correction=True)
+    assert not interpretable(dynamics)
     with pytest.raises(ValueError, match="no interpreted form"):
-        InterpretedKernel(Probe(density), "minibatch", SAMPLERS["SGRLD"].dynamics_class(), None)
+        InterpretedKernel(Probe(density), "minibatch", dynamics, METRICS["identity"])
+    with pytest.raises(ValueError, match="inside the compiled kernel only"):
+        PositionTerms(density, dynamics, METRICS["identity"])
+
+
+def test_every_sampler_with_its_default_options_is_interpreted(density):
+    """pSGLD's correction is zero unless asked for; SGRLD's terms are compiled on their own."""
+    assert INTERPRETABLE == list(SAMPLERS)
+    assert [name for name, s in SAMPLERS.items() if compiled_terms_needed(s.dynamics_class())] == [
+        "SGRLD"
+    ]
+    with pytest.raises(ValueError, match="needs its position terms"):
+        InterpretedKernel(
+            Probe(density), "minibatch", SAMPLERS["SGRLD"].dynamics_class(), METRICS["identity"]
+        )

@@ -142,7 +142,8 @@ def measure_overhead(
         Draws per block; the block with the median total time gives the figures.
     interpreted : bool, default False
         Time the interpreted loop instead of the fused kernel (samplers
-        without an interpreted form are left out).
+        without an interpreted form, pSGLD with ``correction=True``, are
+        left out).
 
     Returns
     -------

@@ -169,6 +169,10 @@ class RMSpropLangevin(Dynamics):
         """Return ``"CVM"`` with the correction: its Hessian diagonal compiles faster with C."""
         return "CVM" if self.correction else None
 
+    def fixed_position_terms(self, size):
+        """Return the correction term as zeros, unless ``correction=True``."""
+        return None if self.correction else {"correction": np.zeros(size)}
+
     @staticmethod
     def _square(state, gradient, inputs):
         decay, preconditioner = inputs["decay"], inputs["preconditioner"]

@@ -75,6 +75,7 @@ class RiemannianLangevin(Dynamics):
         ChainInput("floor", scalar=True),
     )
     position_inputs = ("inverse_metric", "correction")
+    position_terms_read_gradient = False
     # The model holds at the mode's metric only: where the metric moves with
     # the position, an epoch's minibatch noise no longer sums to zero.
     exact_gaussian_model = False
