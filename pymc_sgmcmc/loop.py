@@ -163,13 +163,16 @@ class InterpretedKernel:
         values.update(self.dynamics.fixed_position_terms(size) or {})
         return values
 
-    def _terms(self, state, metric_inputs, rule_inputs) -> dict[str, np.ndarray]:
-        """Return the position terms at ``state``, with the step inputs as 0-d arrays."""
+    def _terms(self, fixed, state, step_inputs, k) -> dict[str, np.ndarray]:
+        """Return the position terms at ``state`` and step ``k`` (step inputs as 0-d arrays).
+
+        ``fixed`` holds the call's metric and chain inputs, merged once per call.
+        """
         step_values = {
-            name: np.asarray(rule_inputs[name], dtype="float64")
+            name: np.asarray(step_inputs[name][k], dtype="float64")
             for name in self.dynamics.step_inputs
         }
-        return self.position_terms({**state, **metric_inputs, **rule_inputs, **step_values})
+        return self.position_terms({**fixed, **state, **step_values})
 
     def __call__(
         self,
@@ -191,6 +194,7 @@ class InterpretedKernel:
             for name in (*self._chain_names, *dynamics.position_inputs)
             if name in values
         }
+        fixed = {**metric_inputs, **rule_inputs} if self.position_terms is not None else None
         clip = float(values["gradient_clip"])
         steps_taken = clipped_steps = 0
         gradient_norm = np.nan
@@ -209,8 +213,8 @@ class InterpretedKernel:
                     gradient = gradient * (clip / norm)
                 for name in dynamics.step_inputs:
                     rule_inputs[name] = step_inputs[name][k]
-                if self.position_terms is not None:
-                    rule_inputs.update(self._terms(state, metric_inputs, rule_inputs))
+                if fixed is not None:
+                    rule_inputs.update(self._terms(fixed, state, step_inputs, k))
                 new_state = dynamics.step(state, gradient, noise[k], rule_inputs)
                 new_state = {
                     name: np.asarray(new_state[name], dtype="float64") for name in self.state_names
