@@ -295,6 +295,29 @@ def test_slow_chains_whose_curvatures_spread_are_not_advised_larger_batches(dyna
     assert ("or SGHMC" in warning) == isinstance(dynamics, Langevin)
 
 
+def test_slow_chains_on_a_skewed_posterior_are_not_advised_a_larger_budget():
+    """Where the skew cut the inflation allowed, a larger bias budget would move the means.
+
+    The same noisy posterior with and without a tempering sensitivity of 8
+    (the means move by 8 sds per unit of variance inflation): both chains are
+    slow, but only the one on the skewed posterior is told that the budget
+    was cut for its means and pointed to another form of the model instead.
+    """
+    measurements = gaussian_measurements(noise=2000.0)
+    config = TuningConfig(slow_relaxation=10.0)
+    plain = choose_settings(Langevin(), measurements, choices(), config)
+    skewed = replace(measurements, tempering_sensitivity=8.0)
+    settings = choose_settings(Langevin(), skewed, choices(), config)
+    (warning,) = [message for message in settings.warnings if "decorrelates" in message]
+    (plain_warning,) = [message for message in plain.warnings if "decorrelates" in message]
+    assert settings.predicted_inflation == pytest.approx(0.05 / 8.0, rel=1e-6)
+    assert "use a larger bias_budget" not in warning
+    assert "a larger bias_budget would move the means" in warning
+    assert "about 8 sd per unit of variance inflation" in warning
+    assert "larger bias_budget" in plain_warning
+    assert "move the means" not in plain_warning
+
+
 @pytest.mark.parametrize("automatic", [False, True], ids=["given", "automatic"])
 def test_a_travelling_chain_leaves_the_second_order_control_variate_behind(automatic):
     # It extrapolates the curvature at the centre, which a travelling chain leaves.

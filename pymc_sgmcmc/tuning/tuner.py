@@ -359,6 +359,7 @@ def choose_settings(
                 predicted_relaxation,
                 choices,
                 sampler_name,
+                measurements.tempering_sensitivity,
             )
         )
     inflation = np.nan
@@ -410,16 +411,35 @@ def choose_settings(
 
 
 def _slow_warning(
-    dynamics, model, curvatures, budget, step_size, relaxation, choices, sampler_name
+    dynamics,
+    model,
+    curvatures,
+    budget,
+    step_size,
+    relaxation,
+    choices,
+    sampler_name,
+    sensitivity=0.0,
 ) -> str:
     """Return the warning for a chain that relaxes over ``relaxation`` inner steps.
 
     Where the step without any gradient noise would be less than twice as
     large, the spread of the curvatures, not the noise, keeps the steps
     small: a larger batch or a control variate would not shorten the
-    relaxation, a posterior whose scales are closer would.
+    relaxation, a posterior whose scales are closer would. Where the tune
+    draws' means move by more than one sd per unit of variance inflation
+    (``sensitivity``, a skewed posterior), the inflation allowed was cut by
+    that factor, and a larger bias budget would move the means beyond it.
     """
     slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
+    if sensitivity > 1.0:
+        return (
+            f"{sampler_name}: the tune draws' means move by about {sensitivity:.2g} sd per "
+            "unit of variance inflation (a skewed posterior, such as a hierarchical scale over "
+            f"many groups written centred), so the steps are cut to {step_size:.3g} and {slow}; "
+            "a larger bias_budget would move the means, so write the model closer to Gaussian "
+            "(non-centred), use a larger batch_size, or sample it with NUTS."
+        )
     if step_size >= 0.5 * _largest_step_size(model, curvatures, 0.0, budget):
         spread = curvatures.max() / curvatures.min()
         return (
