@@ -17,7 +17,8 @@ above 10^4, exact posterior), a Student-t regression (heavy tails), a
 Poisson regression with rare categories (skew) and a radon-like hierarchical
 model with unbalanced groups, written centred and non-centred (also at the
 radon data's size, 919 rows in 85 groups, where the centred form's joint
-density has no mode, and non-centred with varying slopes), a hierarchical
+density has no mode, and non-centred with varying slopes; and at the size of
+the radon data of all states, 12,573 rows in 386 groups), a hierarchical
 regression with 1,000 groups on a million rows, and a median regression
 whose Laplace likelihood has a kink at every row (exact posterior).
 """
@@ -76,6 +77,13 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     # With varying slopes too; NUTS's reference on the centred form does not converge.
     "radon-919-slopes-non-centred": lambda: nuts_reference(
         radon_like(n_rows=919, n_groups=85, centred=False, varying_slopes=True)
+    ),
+    # The size of the radon data of all states: 12,573 rows in 386 groups.
+    "radon-386-centred": lambda: nuts_reference(
+        radon_like(n_rows=12_573, n_groups=386, centred=True)
+    ),
+    "radon-386-non-centred": lambda: nuts_reference(
+        radon_like(n_rows=12_573, n_groups=386, centred=False)
     ),
     "many-groups": lambda: many_groups_reference(many_groups_regression()),
     "median-regression": median_regression,
