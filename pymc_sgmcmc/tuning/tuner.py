@@ -359,7 +359,6 @@ def choose_settings(
                 predicted_relaxation,
                 choices,
                 sampler_name,
-                measurements.tempering_sensitivity,
             )
         )
     inflation = np.nan
@@ -411,27 +410,21 @@ def choose_settings(
 
 
 def _slow_warning(
-    dynamics,
-    model,
-    curvatures,
-    budget,
-    step_size,
-    relaxation,
-    choices,
-    sampler_name,
-    sensitivity=0.0,
+    dynamics, model, curvatures, budget, step_size, relaxation, choices, sampler_name
 ) -> str:
     """Return the warning for a chain that relaxes over ``relaxation`` inner steps.
 
     Where the step without any gradient noise would be less than twice as
     large, the spread of the curvatures, not the noise, keeps the steps
     small: a larger batch or a control variate would not shorten the
-    relaxation, a posterior whose scales are closer would. Where the tune
-    draws' means move by more than one sd per unit of variance inflation
-    (``sensitivity``, a skewed posterior), the inflation allowed was cut by
-    that factor, and a larger bias budget would move the means beyond it.
+    relaxation, a posterior whose scales are closer would. Where ``budget``
+    is below the user's, the tune draws' means move by more than one sd per
+    unit of variance inflation (a skewed posterior): the inflation allowed
+    was cut by that factor, and a larger bias budget would move the means
+    beyond it.
     """
     slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
+    sensitivity = choices.bias_budget / budget
     if sensitivity > 1.0:
         return (
             f"{sampler_name}: the tune draws' means move by about {sensitivity:.2g} sd per "
