@@ -107,7 +107,7 @@ def checked_input(sampler: str, named: Mapping, name: str, dtype, template, size
     """Return input ``name`` of ``named`` as a C-ordered array of ``dtype``, checked.
 
     ``template`` holds one entry per dimension: ``"D"`` for the ``size``
-    coordinates, ``None`` for any length, or a length.
+    coordinates, ``None`` or another name for any length, or a length.
 
     Raises
     ------
@@ -117,7 +117,10 @@ def checked_input(sampler: str, named: Mapping, name: str, dtype, template, size
     if name not in named:
         raise ValueError(f"The {sampler} kernel needs the input {name!r}.")
     value = np.array(named[name], dtype=dtype, order="C")
-    expected = tuple(size if length == "D" else length for length in template)
+    expected = tuple(
+        size if length == "D" else length if isinstance(length, int) else None
+        for length in template
+    )
     if value.ndim != len(expected) or any(
         length is not None and length != actual
         for length, actual in zip(expected, value.shape, strict=True)
@@ -127,6 +130,31 @@ def checked_input(sampler: str, named: Mapping, name: str, dtype, template, size
             f"expected {tuple('any' if n is None else n for n in expected)}."
         )
     return value
+
+
+def tie_lengths(values: Mapping, templates: Mapping) -> dict:
+    """Return ``values`` with every length that ``templates`` names taken from one variable.
+
+    ``templates`` maps some keys of ``values`` to one entry per dimension: a
+    name such as ``"D"`` for a length several values share, or ``None``. Each
+    named length is read from the first value that has it, and the others are
+    declared to have it (:func:`pytensor.tensor.specify_shape`). PyTensor then
+    sees one length where the values broadcast together, instead of checking
+    that separate symbolic lengths are equal: those checks are ordered by the
+    variables' memory addresses, so that the compiled code's cache key, and
+    with it whether a warm cache is read, would vary between processes.
+    """
+    lengths = {}
+    for key, template in templates.items():
+        for axis, name in enumerate(template):
+            if name is not None and name not in lengths:
+                lengths[name] = values[key].shape[axis]
+    tied = dict(values)
+    for key, template in templates.items():
+        if any(name is not None for name in template):
+            shape = tuple(None if name is None else lengths[name] for name in template)
+            tied[key] = pt.specify_shape(values[key], shape)
+    return tied
 
 
 class StepSymbols:
@@ -283,12 +311,23 @@ class Kernel:
         }
         sequences = [density.indices, noise, *step_inputs.values()]
         placeholders = [*sequences, *state.values(), alive, *named_inputs.values()]
+        # The lengths each input shares with the coordinates ("D") or with
+        # another input, by name; the position's comes first.
+        over_coordinates = [
+            *(spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar),
+            *sorted(estimator.coordinate_inputs),
+        ]
+        named_templates = dict.fromkeys(over_coordinates, ("D",)) | metric.input_shapes
+        templates = {
+            **{variable: ("D",) for variable in state.values() if variable.ndim == 1},
+            noise: (None, "D"),
+            **{named_inputs[name]: template for name, template in named_templates.items()},
+        }
 
         def inner_step(*arguments):
             # scan passes the sequences, then the state, then the non-sequences.
-            return graph_replace(
-                step_outputs, dict(zip(placeholders, arguments, strict=True)), strict=False
-            )
+            values = tie_lengths(dict(zip(placeholders, arguments, strict=True)), templates)
+            return graph_replace(step_outputs, values, strict=False)
 
         n_step_inputs, n_state = len(step_inputs), len(state)
         metric_names = tuple(metric_inputs)
@@ -308,6 +347,10 @@ class Kernel:
                 named = dict(
                     zip(named_names, arguments[3 + n_step_inputs + n_state :], strict=True)
                 )
+                named = tie_lengths(
+                    {"position": carried[0], **named}, {"position": ("D",), **named_templates}
+                )
+                carried = [named.pop("position"), *carried[1:]]
                 outputs = _scan(
                     inner_step,
                     sequences=[indices, noises, *values],
@@ -367,10 +410,7 @@ class Kernel:
         self._step_input_names = tuple(dynamics.step_inputs)
         self.input_names = tuple(named_inputs)
         self._input_types = {name: variable.type for name, variable in named_inputs.items()}
-        coordinate_inputs = estimator.coordinate_inputs | {
-            spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar
-        }
-        self._shapes = {name: ("D",) for name in coordinate_inputs} | metric.input_shapes
+        self._shapes = named_templates
         self._compile_kwargs = dict(compile_kwargs or {})
         if is_jax(self._compile_kwargs):
             # JAX compiles loops of a fixed length only: one function per pair of lengths.

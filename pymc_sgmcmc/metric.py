@@ -60,7 +60,8 @@ class Metric(ABC):
         Short name; one compiled kernel per kind.
     input_shapes : dict of str to tuple
         The shape of each input the maps read: ``"D"`` for the number of
-        coordinates, ``None`` for any length.
+        coordinates, another name for a length some inputs share, ``None``
+        for any length.
     """
 
     kind: ClassVar[str]
@@ -238,8 +239,8 @@ class LowRankMetric(Metric):
     input_shapes: ClassVar[dict[str, tuple]] = {
         "metric_shift": ("D",),
         "metric_scale": ("D",),
-        "metric_basis": ("D", None),
-        "metric_stretch": (None,),
+        "metric_basis": ("D", "rank"),
+        "metric_stretch": ("rank",),
     }
 
     @staticmethod

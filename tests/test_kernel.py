@@ -12,6 +12,7 @@ import scipy.special
 from pymc.pytensorf import make_shared_replacements
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
+from pytensor.raise_op import Assert
 from pytensor.scalar.math import Psi
 from pytensor.scan.op import Scan
 from pytensor.scan.utils import ScanArgs
@@ -20,6 +21,7 @@ from pytensor.tensor.shape import Shape, Shape_i
 from rules import position_terms
 
 from pymc_sgmcmc import SGHMC, direct
+from pymc_sgmcmc import kernel as kernel_module
 from pymc_sgmcmc.compiling import digamma
 from pymc_sgmcmc.estimators import (
     Centre,
@@ -351,6 +353,60 @@ def test_a_digamma_in_the_gradient_is_compiled_from_operations_numba_caches():
     kernel = Kernel(density, minibatch_gradient(density), EULER)
     compiled = kernel.compiled_function().maker.fgraph
     assert not any(isinstance(op, Psi) for op in operations(compiled))
+
+
+def broadcast_checks(fgraph):
+    """Return the checks that separate symbolic lengths broadcast, scans' inner graphs included."""
+    return [
+        op for op in operations(fgraph) if isinstance(op, Assert) and "broadcast" in op.msg.lower()
+    ]
+
+
+#: SGHMC with every metric, the other samplers with the diagonal one; SGRLD's kernel, built the
+#: same way, compiles on the C backend for half a minute and is left out.
+KERNELS = [("SGHMC", kind) for kind in sorted(METRICS)] + [
+    (name, "diagonal") for name in SAMPLERS if name not in ("SGHMC", "SGRLD")
+]
+
+
+@pytest.fixture(scope="module")
+def grouped_density():
+    """Varying intercepts over ``dims``: the groups' count, and so the position's length, is
+    symbolic in the graph."""
+    rng = np.random.default_rng(30)
+    group = np.repeat(np.arange(30), 5)
+    with pm.Model(coords={"group": range(30)}) as grouped:
+        mean = pm.Normal("mean", 0, 1)
+        spread = pm.HalfNormal("spread", 1)
+        intercept = pm.Normal("intercept", mean, spread, dims="group")
+        noise = pm.HalfNormal("noise", 1)
+        pm.Normal("y", intercept[group], noise, observed=rng.normal(size=group.size))
+    return build_minibatch_log_density(grouped, grouped.value_vars)
+
+
+def kernel_of(density, sampler_name, metric_kind):
+    dynamics = SAMPLERS[sampler_name].dynamics_class()
+    return Kernel(density, minibatch_gradient(density), dynamics, None, METRICS[metric_kind])
+
+
+@pytest.mark.parametrize(("sampler_name", "metric_kind"), KERNELS)
+def test_a_fused_kernel_has_one_length_over_the_coordinates(
+    grouped_density, sampler_name, metric_kind
+):
+    """PyTensor checks that separate symbolic lengths are equal where they broadcast, in an order
+    set by the variables' memory addresses, and the order is part of Numba's cache key: a new
+    process missed the warm cache in some runs and compiled the kernel again. The kernel's inputs
+    over the coordinates share one length, so it has no such check.
+    """
+    kernel = kernel_of(grouped_density, sampler_name, metric_kind)
+    assert not broadcast_checks(kernel.compiled_function().maker.fgraph)
+
+
+def test_a_fused_kernel_of_separate_lengths_checks_them(grouped_density, monkeypatch):
+    """Negative control for the test above: the same kernel with its lengths left apart."""
+    monkeypatch.setattr(kernel_module, "tie_lengths", lambda values, templates: dict(values))
+    kernel = kernel_of(grouped_density, "SGHMC", "diagonal")
+    assert broadcast_checks(kernel.compiled_function().maker.fgraph)
 
 
 def test_the_cacheable_digamma_equals_scipys():
