@@ -184,6 +184,9 @@ class StepSymbols:
         ``"position"`` (the coordinates) and the dynamics' state.
     chain_inputs, step_inputs : dict of str to TensorVariable
         The dynamics' chain and step inputs.
+    lengths : dict of str to tuple
+        The lengths the state's, the chain inputs' and the metric's inputs
+        share, by name, as :func:`tie_lengths` reads them (the position first).
     """
 
     def __init__(self, density: MinibatchLogDensity, dynamics: Dynamics, metric: type[Metric]):
@@ -209,6 +212,11 @@ class StepSymbols:
         self.state.update({entry.name: placeholder(entry) for entry in dynamics.state})
         self.step_inputs = {name: pt.scalar(name, dtype="float64") for name in dynamics.step_inputs}
         self.chain_inputs = {spec.name: placeholder(spec) for spec in dynamics.chain_inputs_spec}
+        vectors = {**self.state, **self.chain_inputs}
+        self.lengths = {
+            **{name: ("D",) for name, variable in vectors.items() if variable.ndim == 1},
+            **metric.input_shapes,
+        }
 
     def log_prior(self, value):
         """Return the log prior (with the transforms' Jacobians) at coordinates ``value``."""
@@ -313,13 +321,10 @@ class Kernel:
         placeholders = [*sequences, *state.values(), alive, *named_inputs.values()]
         # The lengths each input shares with the coordinates ("D") or with
         # another input, by name; the position's comes first.
-        over_coordinates = [
-            *(spec.name for spec in dynamics.chain_inputs_spec if not spec.scalar),
-            *sorted(estimator.coordinate_inputs),
-        ]
-        named_templates = dict.fromkeys(over_coordinates, ("D",)) | metric.input_shapes
+        lengths = symbols.lengths | dict.fromkeys(sorted(estimator.coordinate_inputs), ("D",))
+        named_templates = {name: lengths[name] for name in named_inputs if name in lengths}
         templates = {
-            **{variable: ("D",) for variable in state.values() if variable.ndim == 1},
+            **{variable: lengths[name] for name, variable in state.items() if name in lengths},
             noise: (None, "D"),
             **{named_inputs[name]: template for name, template in named_templates.items()},
         }

@@ -27,12 +27,13 @@ from collections.abc import Mapping
 import numpy as np
 import pymc as pm
 from pymc.logprob.utils import ParameterValueError
+from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.compiling import numba_flags
 from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.dynamics import Dynamics
 from pymc_sgmcmc.estimators import Probe
-from pymc_sgmcmc.kernel import KernelResult, StepSymbols, checked_input
+from pymc_sgmcmc.kernel import KernelResult, StepSymbols, checked_input, tie_lengths
 from pymc_sgmcmc.metric import Metric
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 
@@ -83,14 +84,28 @@ class PositionTerms:
         named = {**symbols.state, **symbols.metric_inputs, **rule_inputs}
         self.names = tuple(dynamics.position_inputs)
         self._inputs = tuple(named)
+        # Inputs of one length share it, so that the compiled code is the same
+        # in every process and a warm cache is read (see tie_lengths).
+        inputs = {name: variable.type(name) for name, variable in named.items()}
+        tied = tie_lengths(inputs, symbols.lengths)
+        outputs = graph_replace(
+            [terms[name] for name in self.names],
+            {variable: tied[name] for name, variable in named.items()},
+            strict=False,
+        )
         with numba_flags():
             function = pm.compile(
-                list(named.values()),
-                [terms[name] for name in self.names],
+                list(inputs.values()),
+                outputs,
                 on_unused_input="ignore",
                 **dict(compile_kwargs or {}),
             )
+        self._function = function
         self._call = direct_call(function, len(named))
+
+    def compiled_function(self):
+        """Return the compiled PyTensor function behind the terms."""
+        return self._function
 
     def __call__(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Return the terms at the state and inputs in ``values`` (float64 arrays, by name)."""

@@ -402,6 +402,14 @@ def test_a_fused_kernel_has_one_length_over_the_coordinates(
     assert not broadcast_checks(kernel.compiled_function().maker.fgraph)
 
 
+@pytest.mark.parametrize("metric_kind", ["diagonal", "dense", "low_rank"])
+def test_sgrlds_position_terms_have_one_length_over_the_coordinates(grouped_density, metric_kind):
+    """The interpreted loop's compiled position terms are cached by their graph too."""
+    dynamics = SAMPLERS["SGRLD"].dynamics_class()
+    terms = PositionTerms(grouped_density, dynamics, METRICS[metric_kind])
+    assert not broadcast_checks(terms.compiled_function().maker.fgraph)
+
+
 def test_a_fused_kernel_of_separate_lengths_checks_them(grouped_density, monkeypatch):
     """Negative control for the test above: the same kernel with its lengths left apart."""
     monkeypatch.setattr(kernel_module, "tie_lengths", lambda values, templates: dict(values))
