@@ -352,10 +352,6 @@ class Kernel:
                 named = dict(
                     zip(named_names, arguments[3 + n_step_inputs + n_state :], strict=True)
                 )
-                named = tie_lengths(
-                    {"position": carried[0], **named}, {"position": ("D",), **named_templates}
-                )
-                carried = [named.pop("position"), *carried[1:]]
                 outputs = _scan(
                     inner_step,
                     sequences=[indices, noises, *values],
