@@ -594,3 +594,18 @@ def test_sghmc_inflation_over_all_curvatures_at_once_equals_one_by_one(friction)
             one_by_one = max(model.inflation(step_size, a, noise) for a in curvatures)
             at_once = model.largest_inflation(step_size, curvatures, noise)
             np.testing.assert_allclose(at_once, one_by_one, rtol=1e-12)
+
+
+def test_a_step_size_search_whose_stable_edge_has_no_inflation_stays_inside_it():
+    """SGHMC's model on minibatches in epochs gives 0 / 0 at the largest stable step size of
+    its largest curvature (a tune step that diverged counts 4 times the measured one); the
+    search brackets the root just inside that edge instead of stopping on the NaN."""
+    model = Underdamped().gaussian_model((1.0, 4.0), np.ones(1), TuningConfig())
+    model = model.with_epochs(40.0, 0.054)
+    curvatures = np.geomspace(1.0, 4.0, 8)
+    largest = model.largest_step_size(4.0)
+    assert np.isnan(model.inflation(largest, 4.0, 0.054))
+    step_size = _largest_step_size(model, curvatures, 0.054, 0.05)
+    assert 0 < step_size < largest
+    inflations = [model.inflation(step_size, curvature, 0.054) for curvature in curvatures]
+    assert max(inflations) == pytest.approx(0.05, rel=1e-6)

@@ -190,6 +190,10 @@ def _largest_step_size(model, curvatures, noise, budget):
         high = grid[min(within[-1] + 1, grid.size - 1)]
         if low == high:
             return float(low)
+    if not np.isfinite(worst(high)):
+        # At the edge of stability a Gaussian model's inflation can come out
+        # as 0 / 0: the bracket's top moves just inside the edge.
+        high *= 1.0 - 1e-6
     root = brentq(
         lambda log_step: worst(np.exp(log_step)) - budget,
         np.log(low),
