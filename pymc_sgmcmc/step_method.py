@@ -221,7 +221,9 @@ class StochasticGradientStep(ArrayStepShared):
     - ``predicted_inflation``: predicted relative inflation of the posterior
       variance from discretisation and gradient noise.
     - ``gradient_clipped``: fraction of the draw's inner steps whose gradient
-      estimate was clipped (always 0 without ``clip_gradient``).
+      estimate was clipped (0 without ``clip_gradient``, but in tune draws
+      after one of the chain's tune steps diverged, see
+      ``TuningConfig.tune_clip``).
     - the statistics the sampler's dynamics declares.
 
     Warnings reach PyMC as ``SamplerWarning`` objects in the ``warning``
@@ -499,6 +501,9 @@ class StochasticGradientStep(ArrayStepShared):
         )
         chain.window = []
         chain.ahead.clear()
+        if chain.clips_tune_steps and chain.settings is not None:
+            # Draws are clipped at clip_gradient alone.
+            self.runner.prepare_inputs(chain, False)
         if chain.settings is not None and self.measures and self.density.other_blocks:
             chain.readapt = True
 
@@ -515,7 +520,7 @@ class StochasticGradientStep(ArrayStepShared):
         settings = chain.settings
         coordinates = settings.metric.to_coordinates(position)
         chain.state = as_state(self.dynamics.initial_state(coordinates, settings.inputs, self.rng))
-        self.runner.prepare_inputs(chain)
+        self.runner.prepare_inputs(chain, self.tune)
         chain.warnings.extend(
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
         )
@@ -603,7 +608,7 @@ class StochasticGradientStep(ArrayStepShared):
             return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps, 0)]
         if chain.interpreted and chain.steps_taken >= self.runner.interpreted_steps:
             # The chain has run long enough for the fused kernel to pay.
-            self.runner.prepare_inputs(chain)
+            self.runner.prepare_inputs(chain, self.tune)
         if (
             settings.estimator in CENTRED_ESTIMATORS
             and self.control_variate_refresh is not None
@@ -612,7 +617,7 @@ class StochasticGradientStep(ArrayStepShared):
             second_order = settings.estimator == "second_order"
             chain.centre = self.compiled.probe.centre(position, hessian=second_order)
             chain.steps_since_refresh = 0
-            self.runner.prepare_inputs(chain)
+            self.runner.prepare_inputs(chain, self.tune)
 
         result = self.runner.run(chain, position, n_steps, step_values, self.rng, self.tune)
         chain.state = result.state
@@ -628,6 +633,7 @@ class StochasticGradientStep(ArrayStepShared):
             taken_back = self.tune and (
                 chain.travelling or self.adapter.recovers_from_divergence(chain)
             )
+            chain.clips_tune_steps = chain.clips_tune_steps or taken_back
             if taken_back and chain.travelling:
                 # The travel budget's steps left the curvatures they were chosen for.
                 self._start_from(position, self.adapter.travel_diverged(chain))

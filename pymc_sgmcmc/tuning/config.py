@@ -112,6 +112,16 @@ class TuningConfig:
         Relaxation time (inner steps) above which the step warns that the
         bias budget forces tiny steps, and above which a chain's first tune
         window travels at ``travel_budget`` instead.
+    tune_clip : float
+        From a chain's first diverging tune step to the end of tune, the
+        gradient estimate's norm in the metric's coordinates is clipped at
+        this many times its root mean square at stationarity on the chain's
+        Gaussian picture (``inf`` for never). A chain measured far from the
+        mass (the wide end of a centred hierarchical model's funnel) meets
+        gradients far beyond that on its way in, which throw its steps out to
+        overflow; at stationarity the norm lies within a few times its root
+        mean square, so the clip leaves such draws alone. Draws after tune are
+        clipped only at the step method's ``clip_gradient``.
     travel_budget, travel_shift : float
         Bias budget of the first tune window of a chain that relaxes slowly at
         its mode: larger steps take it to where the posterior's mass is, where
@@ -203,6 +213,7 @@ class TuningConfig:
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0
+    tune_clip: float = 10.0
     travel_budget: float = 1.0
     travel_shift: float = 3.0
     second_order_linearity: float = 0.1

@@ -60,6 +60,9 @@ class ChainState:
     travel_budget : float
         The bias budget the chain travels at: the adapter's, lowered each
         time a travelling step diverged.
+    clips_tune_steps : bool
+        Whether the chain's tune steps clip the gradient estimate at its
+        settings' ``tune_clip``: from its first diverging tune step on.
     last_draw : tuple or None
         The metric, the position (model coordinates) and the coordinates of
         the draw the chain last returned, so that a draw that starts where
@@ -106,6 +109,7 @@ class ChainState:
     tune_draws: int = 0
     travelling: bool = False
     travel_budget: float = 0.0
+    clips_tune_steps: bool = False
     last_draw: tuple | None = None
     last_point: tuple | None = None
     ahead: list = field(default_factory=list)

@@ -116,6 +116,9 @@ class ChainSettings:
     relaxation : float
         Predicted inner steps over which the slowest mode decays by e (NaN
         when nothing was measured).
+    tune_clip : float
+        Norm at which the gradient estimate (in the metric's coordinates) is
+        clipped during tune (``inf`` for none; see ``TuningConfig.tune_clip``).
     """
 
     estimator: str
@@ -128,6 +131,7 @@ class ChainSettings:
     warnings: list = field(default_factory=list)
     metric: Metric = field(default_factory=IdentityMetric)
     relaxation: float = np.nan
+    tune_clip: float = np.inf
 
 
 def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> ChainSettings:
@@ -399,6 +403,11 @@ def choose_settings(
         "mean_square_gradient": measurements.mean_square_gradient(estimator, factor, temperature),
     }
     inputs = dynamics.chain_inputs(preconditioner, choices.temperature, tuned)
+    # The clip reads the gradient in the metric's coordinates, before any
+    # diagonal preconditioner.
+    root_mean_square = np.sqrt(
+        np.sum(measurements.mean_square_gradient(estimator, metric.factor(size), temperature))
+    )
     return ChainSettings(
         estimator,
         schedule,
@@ -410,6 +419,7 @@ def choose_settings(
         warnings,
         metric,
         float(relaxation),
+        float(config.tune_clip * root_mean_square),
     )
 
 
