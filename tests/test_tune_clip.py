@@ -5,25 +5,11 @@ from dataclasses import replace
 import numpy as np
 import pymc as pm
 import pytest
+from test_adaptation import run
 
 from pymc_sgmcmc import SGHMC
 from pymc_sgmcmc.panel import correlated_regression
 from pymc_sgmcmc.tuning import TuningConfig
-
-
-def sample(step, model, tune, draws, chains, seed, **options):
-    with model:
-        return pm.sample(
-            step=step,
-            tune=tune,
-            draws=draws,
-            chains=chains,
-            cores=1,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-            **options,
-        )
 
 
 def clips_of_a_run_whose_tenth_draw_diverges(clip_gradient=None):
@@ -45,7 +31,7 @@ def clips_of_a_run_whose_tenth_draw_diverges(clip_gradient=None):
         return result
 
     step.runner.run = tenth_draw_diverges
-    result = sample(step, model, tune=200, draws=50, chains=1, seed=2, discard_tuned_samples=False)
+    result = run(step, model, draws=50, tune=200, seed=2, discard_tuned_samples=False)
     return clips, result
 
 
@@ -105,7 +91,7 @@ def test_a_chain_started_at_a_funnels_wide_end_reaches_its_mass(clipped):
     tuning = TuningConfig() if clipped else TuningConfig(tune_clip=np.inf)
     model = wide_started_funnel()
     step = SGHMC(batch_size=50, tuning=tuning, model=model)
-    result = sample(step, model, tune=1000, draws=300, chains=2, seed=3)
+    result = run(step, model, draws=300, tune=1000, seed=3, chains=2)
     diverging = np.asarray(result.sample_stats["diverging"])
     tau = np.asarray(result.posterior["tau"]).mean(axis=1)
     if clipped:
