@@ -396,18 +396,19 @@ def choose_settings(
             "draws' mean once it travelled) is not negative definite; the step-size rule "
             "assumes a roughly Gaussian posterior and may miss its bias budget."
         )
+    mean_square = measurements.mean_square_gradient(estimator, factor, temperature)
     tuned = {
         **model.chain_inputs(),
         "mode": metric.to_coordinates(measurements.mode),
         "relaxation": float(relaxation),
-        "mean_square_gradient": measurements.mean_square_gradient(estimator, factor, temperature),
+        "mean_square_gradient": mean_square,
     }
     inputs = dynamics.chain_inputs(preconditioner, choices.temperature, tuned)
     # The clip reads the gradient in the metric's coordinates, before any
     # diagonal preconditioner.
-    root_mean_square = np.sqrt(
-        np.sum(measurements.mean_square_gradient(estimator, metric.factor(size), temperature))
-    )
+    if np.any(preconditioner != 1.0):
+        mean_square = measurements.mean_square_gradient(estimator, metric.factor(size), temperature)
+    tune_clip = config.tune_clip * np.sqrt(np.sum(mean_square))
     return ChainSettings(
         estimator,
         schedule,
@@ -419,7 +420,8 @@ def choose_settings(
         warnings,
         metric,
         float(relaxation),
-        float(config.tune_clip * root_mean_square),
+        # A picture without curvature or noise gives no scale to clip at.
+        float(tune_clip) if tune_clip > 0 else np.inf,
     )
 
 
