@@ -169,7 +169,10 @@ def _largest_step_size(model, curvatures, noise, budget):
     """
 
     def worst(step_size):
-        return _worst_inflation(model, step_size, curvatures, noise)
+        # At the edge of stability a model's inflation can overflow, or come
+        # out as 0 / 0 (handled below): neither is news to the user.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _worst_inflation(model, step_size, curvatures, noise)
 
     largest = model.largest_step_size(curvatures.max())
     if worst(largest) <= budget:
@@ -195,8 +198,7 @@ def _largest_step_size(model, curvatures, noise, budget):
         if low == high:
             return float(low)
     if not np.isfinite(worst(high)):
-        # At the edge of stability a Gaussian model's inflation can come out
-        # as 0 / 0: the bracket's top moves just inside the edge.
+        # The bracket's top moves just inside the edge.
         high *= 1.0 - 1e-6
     root = brentq(
         lambda log_step: worst(np.exp(log_step)) - budget,
