@@ -76,17 +76,17 @@ class KernelRunner:
         ):
             self.interpreted_steps = np.inf
 
-    def prepare_inputs(self, chain, tune: bool) -> None:
+    def prepare_inputs(self, chain) -> None:
         """Build the kernel's inputs from ``chain``'s settings, dropping draws run ahead.
 
-        During ``tune``, once a tune step diverged, the gradient is clipped at
-        the settings' ``tune_clip`` too, where that is below the step method's
-        ``clip_gradient``.
+        A chain that clips its tune steps (``chain.clips_tune_steps``) clips
+        the gradient at the settings' ``tune_clip`` too, where that is below
+        the step method's ``clip_gradient``.
         """
         chain.ahead.clear()
         settings = chain.settings
         clip = self.clip_gradient
-        if tune and chain.clips_tune_steps:
+        if chain.clips_tune_steps:
             clip = min(clip, settings.tune_clip)
         named = {
             **settings.inputs,

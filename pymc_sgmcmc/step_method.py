@@ -501,9 +501,10 @@ class StochasticGradientStep(ArrayStepShared):
         )
         chain.window = []
         chain.ahead.clear()
-        if chain.clips_tune_steps and chain.settings is not None:
+        if chain.clips_tune_steps:
             # Draws are clipped at clip_gradient alone.
-            self.runner.prepare_inputs(chain, False)
+            chain.clips_tune_steps = False
+            self.runner.prepare_inputs(chain)
         if chain.settings is not None and self.measures and self.density.other_blocks:
             chain.readapt = True
 
@@ -520,7 +521,7 @@ class StochasticGradientStep(ArrayStepShared):
         settings = chain.settings
         coordinates = settings.metric.to_coordinates(position)
         chain.state = as_state(self.dynamics.initial_state(coordinates, settings.inputs, self.rng))
-        self.runner.prepare_inputs(chain, self.tune)
+        self.runner.prepare_inputs(chain)
         chain.warnings.extend(
             SamplerWarning(WarningType.BAD_PARAMS, message, "warn") for message in messages
         )
@@ -608,7 +609,7 @@ class StochasticGradientStep(ArrayStepShared):
             return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps, 0)]
         if chain.interpreted and chain.steps_taken >= self.runner.interpreted_steps:
             # The chain has run long enough for the fused kernel to pay.
-            self.runner.prepare_inputs(chain, self.tune)
+            self.runner.prepare_inputs(chain)
         if (
             settings.estimator in CENTRED_ESTIMATORS
             and self.control_variate_refresh is not None
@@ -617,7 +618,7 @@ class StochasticGradientStep(ArrayStepShared):
             second_order = settings.estimator == "second_order"
             chain.centre = self.compiled.probe.centre(position, hessian=second_order)
             chain.steps_since_refresh = 0
-            self.runner.prepare_inputs(chain, self.tune)
+            self.runner.prepare_inputs(chain)
 
         result = self.runner.run(chain, position, n_steps, step_values, self.rng, self.tune)
         chain.state = result.state

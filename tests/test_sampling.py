@@ -396,7 +396,7 @@ def test_a_draw_after_the_metric_changed_starts_where_the_last_draw_ended(model)
     size = step.chain.state["position"].size
     metric = DiagonalMetric(np.full(size, 0.3), np.full(size, 2.0))
     step.chain.settings = dataclasses.replace(step.chain.settings, metric=metric)
-    step.runner.prepare_inputs(step.chain, step.tune)
+    step.runner.prepare_inputs(step.chain)
     new, _ = step.step(point)
     np.testing.assert_allclose(new["beta"], point["beta"], atol=0.01)
 

@@ -61,8 +61,8 @@ class ChainState:
         The bias budget the chain travels at: the adapter's, lowered each
         time a travelling step diverged.
     clips_tune_steps : bool
-        Whether the chain's tune steps clip the gradient estimate at its
-        settings' ``tune_clip``: from its first diverging tune step on.
+        Whether the chain's steps clip the gradient estimate at its settings'
+        ``tune_clip``: from its first diverging tune step to the end of tune.
     last_draw : tuple or None
         The metric, the position (model coordinates) and the coordinates of
         the draw the chain last returned, so that a draw that starts where
