@@ -259,7 +259,9 @@ def test_a_window_whose_relaxation_was_overstated_counts_its_draws_by_their_auto
     draws = np.tile(typical, (n_draws, 1))
     draws[:, 0] += skewed
     monkeypatch.setattr(
-        chain_module, "log_density_at_draws", lambda *arguments: np.log(skewed) - skewed
+        chain_module,
+        "log_density_at_draws",
+        lambda *arguments, gradients: (np.log(skewed) - skewed, np.zeros_like(draws)),
     )
     predicted = independent_draws(n_draws, chain.settings.steps_per_draw, 1e9)
     assert predicted < 1
@@ -703,15 +705,11 @@ def test_every_sampler_travels_and_is_measured_again(name, caplog):
     assert np.all(np.isfinite(np.asarray(result.posterior["beta"])))
 
 
-@pytest.mark.once
-def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(caplog):
-    """Non-centred radon-like (N = 1,000, 20 groups): ``tau``'s mean moves by about 3 of its
-    sds per unit of variance inflation, so each chain's tune windows cut the inflation allowed
-    to keep that move within the bias budget in sds.
-    """
+def sample_skewed_radon(caplog, tuning):
+    """SGLD on the non-centred radon-like model (N = 1,000, 20 groups), 2 chains."""
     model = radon_like(n_rows=1000, n_groups=20, centred=False).model
     with caplog.at_level(logging.INFO, logger="pymc"), model:
-        step = SGLD(batch_size=100)
+        step = SGLD(batch_size=100, tuning=tuning)
         result = pm.sample(
             step=step,
             tune=1000,
@@ -722,14 +720,45 @@ def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(
             progressbar=False,
             compute_convergence_checks=False,
         )
+    return step, result
+
+
+@pytest.mark.once
+def test_a_skewed_posterior_shrinks_the_inflation_by_how_far_it_moves_the_means(caplog):
+    """Non-centred radon-like (N = 1,000, 20 groups), on minibatches only: ``tau``'s mean
+    moves by about 3 of its sds per unit of variance inflation, so each chain's tune windows
+    cut the inflation allowed to keep that move within the bias budget in sds.
+    """
+    step, result = sample_skewed_radon(caplog, TuningConfig(full_data_rows=0))
     # Each window whose draws show a larger sensitivity says so: at least once per chain.
     assert caplog.text.count("the tune draws show a skewed posterior") >= 2
     inflation = np.asarray(result.sample_stats["predicted_inflation"])[:, -1]
     assert np.all(inflation < 0.05 / 1.5)
     chain = step.chain
+    assert chain.settings.estimator != FULL_DATA
     assert chain.measurements.tempering_sensitivity > 1.5
     move = chain.settings.predicted_inflation * chain.measurements.tempering_sensitivity
     assert move <= 0.05 * (1 + 1e-6)
+
+
+@pytest.mark.once
+def test_a_full_data_chain_bounds_its_steps_move_of_the_means_direction_by_direction(caplog):
+    """The same model where the chains may take the full data's gradient, which they do. The
+    step's inflation there reaches the budget only in the stiffest direction, so its move of
+    the means, from the window's gradients, stays within the budget at a larger inflation
+    than tempering's bound (every direction inflated as the stiffest) allows.
+    """
+    step, result = sample_skewed_radon(caplog, None)
+    chain = step.chain
+    settings, measurements = chain.settings, chain.measurements
+    assert settings.estimator == FULL_DATA
+    size = measurements.mode.size
+    factor = settings.metric.factor(size) * np.sqrt(settings.preconditioner)[None, :]
+    sensitivity = measurements.energy_window.sensitivity(factor)
+    assert settings.inflation_per_curvature * sensitivity <= 0.05 * (1 + 1e-6)
+    assert settings.predicted_inflation * measurements.tempering_sensitivity > 0.05
+    inflation = np.asarray(result.sample_stats["predicted_inflation"])[:, -1]
+    assert np.all(inflation <= 0.05 * (1 + 1e-6))
 
 
 @pytest.mark.once

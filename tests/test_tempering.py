@@ -1,5 +1,7 @@
 """How far variance inflation moves skewed posteriors' means, and what the tuner does with it."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -7,11 +9,12 @@ from scipy import stats
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import logistic_regression
-from pymc_sgmcmc.samplers.sgld import Langevin
+from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.tuning import TuningConfig, choose_settings
-from pymc_sgmcmc.tuning.measure import laplace
+from pymc_sgmcmc.tuning.measure import FULL_DATA, laplace
 from pymc_sgmcmc.tuning.tempering import (
     FALSE_ALARM,
+    EnergyWindow,
     log_density_at_draws,
     tempering_sensitivity,
 )
@@ -111,3 +114,89 @@ def test_the_tuner_keeps_the_predicted_move_of_the_means_within_the_budget(sensi
     expected = 0.05 / max(1.0, sensitivity)
     assert settings.predicted_inflation == pytest.approx(expected, rel=1e-6)
     assert settings.predicted_inflation * sensitivity <= 0.05 * (1 + 1e-6)
+
+
+def euler_maruyama_stationary_law(grid, gradient, step):
+    """Stationary law on ``grid`` of ``x' = x + step * gradient(x) + sqrt(2 step) * xi``."""
+    spacing = grid[1] - grid[0]
+    transition = stats.norm.pdf(grid[None, :], (grid + step * gradient)[:, None], np.sqrt(2 * step))
+    transition *= spacing
+    transition /= transition.sum(axis=1, keepdims=True)
+    system = transition.T - np.eye(grid.size)
+    system[-1] = 1.0
+    right = np.zeros(grid.size)
+    right[-1] = 1.0
+    return np.linalg.solve(system, right)
+
+
+def test_the_gradient_energy_gives_the_euler_maruyama_steps_move_of_the_mean():
+    """``x = log y`` with ``y ~ Gamma(2, 1)``: ``log p(x) = 2 x - exp(x)``, skewed.
+
+    The Euler-Maruyama chain's stationary mean, computed on a grid at steps
+    ``h`` and ``h / 2``, gives by Richardson extrapolation the slope of its
+    mean in ``h`` at 0. Per unit of ``eps(a) / a`` (``h / 2`` for this step,
+    from its Gaussian model) that slope is what an ``EnergyWindow`` of exact
+    draws reads, within four of its Monte Carlo errors.
+    """
+    shape = 2.0
+    grid = np.linspace(-9.0, 4.0, 1301)
+    log_density = shape * grid - np.exp(grid)
+    density = np.exp(log_density - log_density.max())
+    density /= density.sum()
+    gradient = shape - np.exp(grid)
+    exact_mean = density @ grid
+    exact_sd = np.sqrt(density @ (grid - exact_mean) ** 2)
+    step = 0.04
+    moves = [
+        euler_maruyama_stationary_law(grid, gradient, h) @ grid - exact_mean
+        for h in (step, step / 2)
+    ]
+    slope = 2 * moves[1] / (step / 2) - moves[0] / step
+    per_curvature = langevin_variance_inflation(1e-8, shape) / shape / 1e-8
+    assert per_curvature == pytest.approx(0.5, rel=1e-6)
+    observed = abs(slope) / per_curvature / exact_sd
+
+    rng = np.random.default_rng(4)
+    draws = np.log(rng.gamma(shape, size=100_000))[:, None]
+    gradients = shape - np.exp(draws)
+    window = EnergyWindow(draws, gradients, independent=len(draws))
+    estimate = window.sensitivity(np.ones(1))
+    energy = 0.5 * gradients[:, 0] ** 2
+    products = (draws[:, 0] - draws.mean()) * (energy - energy.mean())
+    error = products.std() / draws.std() / np.sqrt(len(draws))
+    assert abs(estimate - observed) < 4 * error
+    # The metric's scale enters squared: a coordinate twice as wide reads four times the move.
+    assert window.sensitivity(np.full(1, 4.0)) == pytest.approx(4 * estimate)
+
+
+def energy_window_of_sensitivity(sensitivity, size=2, n_draws=4000):
+    """A window whose half squared gradient rises along the first coordinate by ``sensitivity``."""
+    rng = np.random.default_rng(5)
+    draws = rng.standard_normal((n_draws, size))
+    energy = sensitivity * draws[:, 0] + 10 * (sensitivity + 1)
+    gradients = np.zeros_like(draws)
+    gradients[:, 0] = np.sqrt(2 * energy)
+    return EnergyWindow(draws, gradients, independent=n_draws)
+
+
+@pytest.mark.parametrize("sensitivity", [0.5, 4.0])
+def test_a_full_data_step_keeps_its_predicted_move_of_the_means_within_the_budget(sensitivity):
+    """Full-data settings on a Gaussian picture of curvature 1, with a tempering sensitivity
+    of 8 that would cut the inflation 8 times. With a window's gradients the step is bound by
+    its own move, ``max_a eps(a) / a`` times the window's sensitivity: within the budget, and
+    at it where the move binds (a sensitivity above the curvature)."""
+    measurements = replace(gaussian_measurements(noise=20.0), tempering_sensitivity=8.0)
+    automatic = choices(full_data_work=0.01)
+    tempered = choose_settings(Langevin(), measurements, automatic)
+    assert tempered.estimator == FULL_DATA
+    assert tempered.predicted_inflation == pytest.approx(0.05 / 8, rel=1e-6)
+    window = energy_window_of_sensitivity(sensitivity)
+    settings = choose_settings(Langevin(), replace(measurements, energy_window=window), automatic)
+    read = window.sensitivity(np.ones(2))
+    assert read == pytest.approx(sensitivity, rel=0.1)
+    move = settings.inflation_per_curvature * read
+    assert move <= 0.05 * (1 + 1e-6)
+    if read > 1.0:
+        assert move == pytest.approx(0.05, rel=1e-6)
+    else:
+        assert settings.predicted_inflation == pytest.approx(0.05, rel=1e-6)

@@ -33,7 +33,11 @@ from pymc_sgmcmc.tuning.measure import (
     with_second_order,
 )
 from pymc_sgmcmc.tuning.state import ChainState
-from pymc_sgmcmc.tuning.tempering import log_density_at_draws, tempering_sensitivity
+from pymc_sgmcmc.tuning.tempering import (
+    EnergyWindow,
+    log_density_at_draws,
+    tempering_sensitivity,
+)
 from pymc_sgmcmc.tuning.travel import Travel
 from pymc_sgmcmc.tuning.tuner import (
     ChainSettings,
@@ -448,19 +452,51 @@ class ChainAdapter(Travel):
         relaxation predicted from curvatures the posterior does not have
         (measured where the Hessian is not negative definite) must not hide
         a skewed posterior.
+
+        A chain on the full data's gradient also keeps the window's draws and
+        gradients (:class:`~pymc_sgmcmc.tuning.tempering.EnergyWindow`, the
+        window whose move of the means is the largest), from which the tuner
+        bounds the move of its full-data steps direction by direction; True
+        then whenever the window is kept, so that the step is chosen again.
         """
         if self.choices.step_size is not None:
             return False
         temperature = self.choices.temperature
-        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
+        log_density, gradients = log_density_at_draws(
+            self.probe, draws, rng, self.tuning, temperature, gradients=True
+        )
         measured = decorrelated_draws(np.column_stack([draws, log_density]))
-        sensitivity = tempering_sensitivity(draws, log_density, max(independent, measured))
+        counted = max(independent, measured)
+        sensitivity = tempering_sensitivity(draws, log_density, counted)
         measurements = chain.measurements
-        if sensitivity <= measurements.tempering_sensitivity:
-            return False
-        chain.measurements = replace(measurements, tempering_sensitivity=sensitivity)
-        move = chain.settings.predicted_inflation * sensitivity
+        if sensitivity > measurements.tempering_sensitivity:
+            measurements = replace(measurements, tempering_sensitivity=sensitivity)
+        settings = chain.settings
         budget = self.choices.bias_budget
+        if settings.estimator == FULL_DATA:
+            window = EnergyWindow(draws, gradients, counted, temperature or 1.0)
+            factor = settings.metric.factor(draws.shape[1])
+            factor = factor * np.sqrt(settings.preconditioner)[None, :]
+            energy = window.sensitivity(factor)
+            kept = measurements.energy_window
+            if kept is not None and kept.sensitivity(factor) > energy:
+                chain.measurements = measurements
+                return False
+            chain.measurements = replace(measurements, energy_window=window)
+            move = settings.inflation_per_curvature * energy
+            if move > budget:
+                _log.info(
+                    "%s: the tune draws show a skewed posterior whose means the step would "
+                    "move by about %.2g sd; the step size is reduced to keep that within %g sd.",
+                    self.name,
+                    move,
+                    budget,
+                )
+            return True
+        if measurements is chain.measurements:
+            return False
+        chain.measurements = measurements
+        move = settings.predicted_inflation * sensitivity
         if not move > budget:
             return False
         _log.info(

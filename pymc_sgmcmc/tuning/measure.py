@@ -74,6 +74,12 @@ class Measurements:
         The largest move of a posterior mean, in posterior sds, per unit of
         variance inflation, estimated from tune draws
         (:mod:`pymc_sgmcmc.tuning.tempering`); 0 until a window has measured it.
+    energy_window : EnergyWindow or None
+        The draws and gradients of the tune window on the full data's gradient
+        that showed the largest move of the means per unit of ``eps(a) / a``
+        (:class:`~pymc_sgmcmc.tuning.tempering.EnergyWindow`), from which the
+        tuner bounds a full-data step's move of the means; ``None`` until such a
+        window has been checked.
     at_start : bool
         Whether the search found no mode, so that ``mode`` is where it
         started and the picture is the one there (see :func:`measure`),
@@ -106,6 +112,7 @@ class Measurements:
     noise_halves: dict | None = None
     noise_samples: int = 0
     tempering_sensitivity: float = 0.0
+    energy_window: object = None
     at_start: bool = False
     full_batches: bool = False
     slowness: float = 1.0

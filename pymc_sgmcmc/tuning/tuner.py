@@ -11,13 +11,15 @@ temperature :math:`\tau` the target is :math:`N(0, \tau / a)` and the noise
 weighs as :math:`v / \tau`. The tuner picks the largest step size whose
 predicted variance inflation stays within the bias budget at every curvature
 of the range (a smaller budget where the tune draws showed that the inflation
-moves the means by more than the budget in posterior sds, see
-:mod:`pymc_sgmcmc.tuning.tempering`), the metric and gradient estimator with the shortest
-relaxation time per unit of work (the work of an inner step counts the
-metric's multiply-adds against the gradient's, about ``2 B D``, and the step's
-fixed cost, ``TuningConfig.step_overhead``; a gradient on all N rows, free of
-noise, counts ``N / B`` minibatch gradients), and about one relaxation time
-of inner steps per draw.
+moves the means by more than the budget in posterior sds; for steps on the
+full data, whose move the draws' gradients give direction by direction, the
+move itself within the budget; see :mod:`pymc_sgmcmc.tuning.tempering`), the
+metric and gradient estimator with the shortest relaxation time per unit of
+work (the work of an inner step counts the metric's multiply-adds against the
+gradient's, about ``2 B D``, and the step's fixed cost,
+``TuningConfig.step_overhead``; a gradient on all N rows, free of noise,
+counts ``N / B`` minibatch gradients), and about one relaxation time of inner
+steps per draw.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ class ChainSettings:
     tune_clip : float
         Norm at which the gradient estimate (in the metric's coordinates) is
         clipped during tune (``inf`` for none; see ``TuningConfig.tune_clip``).
+    inflation_per_curvature : float
+        The largest ``eps(a) / a`` over the curvatures ``a`` the step was
+        chosen for: times an :class:`~pymc_sgmcmc.tuning.tempering.EnergyWindow`'s
+        sensitivity, the predicted move of the means in sds (NaN where no
+        inflation is predicted).
     """
 
     estimator: str
@@ -132,6 +139,7 @@ class ChainSettings:
     metric: Metric = field(default_factory=IdentityMetric)
     relaxation: float = np.nan
     tune_clip: float = np.inf
+    inflation_per_curvature: float = np.nan
 
 
 def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> ChainSettings:
@@ -143,12 +151,20 @@ def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> Chain
     )
 
 
-def _worst_inflation(model, step_size, curvatures, noise) -> float:
+def _worst_inflation(model, step_size, curvatures, noise, sensitivity=0.0) -> float:
     """Return a Gaussian model's largest inflation over ``curvatures``.
 
     A model with a ``largest_inflation`` method evaluates all curvatures at
-    once; the others are asked curvature by curvature.
+    once; the others are asked curvature by curvature. With a ``sensitivity``
+    ``G`` (a full-data chain's :class:`~pymc_sgmcmc.tuning.tempering.EnergyWindow`)
+    the inflation ``eps(a)`` at curvature ``a`` counts ``max(1, G / a)`` times:
+    the step's predicted move of the means, ``eps(a) / a * G`` sds, is bound
+    by the same budget.
     """
+    if sensitivity > 0:
+        return max(
+            model.inflation(step_size, a, noise) * max(1.0, sensitivity / a) for a in curvatures
+        )
     vectorised = getattr(model, "largest_inflation", None)
     if vectorised is not None:
         return vectorised(step_size, curvatures, noise)
@@ -159,20 +175,21 @@ def _worst_inflation(model, step_size, curvatures, noise) -> float:
 _STEP_PRECISION = 1e-10
 
 
-def _largest_step_size(model, curvatures, noise, budget):
+def _largest_step_size(model, curvatures, noise, budget, sensitivity=0.0):
     """Largest step size whose inflation is within ``budget`` at every curvature.
 
     Steps a tenth apart, down from the largest stable one, bracket the
     largest step within the budget; Brent's method then finds it in log
     space, and it is moved down by twice the precision so that it stays on
-    the budget's side of the root.
+    the budget's side of the root. ``sensitivity`` weighs the inflation as
+    :func:`_worst_inflation` does.
     """
 
     def worst(step_size):
         # At the edge of stability a model's inflation can overflow, or come
         # out as 0 / 0 (handled below): neither is news to the user.
         with np.errstate(over="ignore", invalid="ignore"):
-            return _worst_inflation(model, step_size, curvatures, noise)
+            return _worst_inflation(model, step_size, curvatures, noise, sensitivity)
 
     largest = model.largest_step_size(curvatures.max())
     if worst(largest) <= budget:
@@ -287,6 +304,7 @@ def choose_settings(
     # The inflation allowed also moves skewed posteriors' means, by the
     # tempering sensitivity per unit of inflation: both stay within the budget.
     budget = choices.bias_budget / max(1.0, measurements.tempering_sensitivity)
+    energy = measurements.energy_window
 
     candidates = []
     estimators = choices.estimators
@@ -308,7 +326,13 @@ def choose_settings(
                 model = _on_epochs(
                     dynamics, model, measurements, factor, noise, epochs, temperature
                 )
-            tuned = _largest_step_size(model, curvatures, noise / temperature, budget)
+            # On the full data, a window's gradients give each direction's move
+            # of the means at its own inflation (tuning.tempering), in place
+            # of tempering's, which inflates every direction as the stiffest.
+            limit, sensitivity = budget, 0.0
+            if estimator == FULL_DATA and energy is not None:
+                limit, sensitivity = choices.bias_budget, energy.sensitivity(factor)
+            tuned = _largest_step_size(model, curvatures, noise / temperature, limit, sensitivity)
             step_size = constant or tuned
             relaxation = max(
                 model.relaxation(step_size, a, noise / temperature) for a in curvatures
@@ -340,12 +364,14 @@ def choose_settings(
                     "model": model,
                     "curvatures": curvatures,
                     "factor": factor,
+                    "limit": limit,
                 }
             )
     best = min(candidates, key=lambda candidate: candidate["key"])
     estimator, noise, step_size = best["estimator"], best["noise"], best["step_size"]
     relaxation, metric, preconditioner = best["relaxation"], best["metric"], best["preconditioner"]
     model, curvatures, factor = best["model"], best["curvatures"], best["factor"]
+    budget = best["limit"]
 
     # Where tune draws decorrelated more slowly than the Gaussian model
     # predicts, a draw takes that many more inner steps.
@@ -371,9 +397,12 @@ def choose_settings(
                 sampler_name,
             )
         )
-    inflation = np.nan
+    inflation = per_curvature = np.nan
     if constant is not None or given is None:
         inflation = _worst_inflation(model, step_size, curvatures, noise / temperature)
+        per_curvature = max(
+            model.inflation(step_size, a, noise / temperature) / a for a in curvatures
+        )
     if constant is not None and inflation > choices.bias_budget:
         warnings.append(
             f"{sampler_name}: step_size={constant:.3g} is predicted to inflate the posterior "
@@ -424,6 +453,7 @@ def choose_settings(
         float(relaxation),
         # A picture without curvature or noise gives no scale to clip at.
         float(tune_clip) if tune_clip > 0 else np.inf,
+        float(per_curvature),
     )
 
 
