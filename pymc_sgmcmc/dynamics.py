@@ -139,7 +139,10 @@ class Dynamics(ABC):
         which the interpreted loop (:mod:`pymc_sgmcmc.loop`) calls.
     exact_gaussian_model : bool
         Whether :meth:`gaussian_model` is the chain's exact stationary law on a
-        Gaussian target (True) or a bound the step size is chosen from.
+        Gaussian target (True) or a bound the step size is chosen from. Only
+        an exact model's inflation gives the first-order move of the means
+        that full-data steps are bound by (:mod:`pymc_sgmcmc.tuning.tempering`)
+        and the noise of minibatches on epochs (:mod:`pymc_sgmcmc.tuning.epochs`).
     """
 
     name: ClassVar[str]

@@ -9,6 +9,7 @@ from scipy import stats
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import logistic_regression
+from pymc_sgmcmc.samplers.cyclical import CyclicalLangevin
 from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.tuning import TuningConfig, choose_settings
 from pymc_sgmcmc.tuning.measure import FULL_DATA, laplace
@@ -200,3 +201,17 @@ def test_a_full_data_step_keeps_its_predicted_move_of_the_means_within_the_budge
         assert move == pytest.approx(0.05, rel=1e-6)
     else:
         assert settings.predicted_inflation == pytest.approx(0.05, rel=1e-6)
+
+
+def test_a_dynamics_whose_gaussian_model_is_a_bound_keeps_temperings_cut():
+    """Cyclical SGLD's model bounds its inflation along a cycle of step sizes: the first-order
+    move needs the exact one, so the window's gradients leave its full-data step as it was."""
+    measurements = replace(gaussian_measurements(noise=20.0), tempering_sensitivity=8.0)
+    automatic = choices(full_data_work=0.01)
+    dynamics = CyclicalLangevin()
+    assert not dynamics.exact_gaussian_model
+    tempered = choose_settings(dynamics, measurements, automatic)
+    window = energy_window_of_sensitivity(0.5)
+    settings = choose_settings(dynamics, replace(measurements, energy_window=window), automatic)
+    assert tempered.estimator == settings.estimator == FULL_DATA
+    assert settings.step_size == tempered.step_size

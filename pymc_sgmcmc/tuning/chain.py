@@ -453,11 +453,14 @@ class ChainAdapter(Travel):
         (measured where the Hessian is not negative definite) must not hide
         a skewed posterior.
 
-        A chain on the full data's gradient also keeps the window's draws and
+        A chain on the full data's gradient whose Gaussian model is its exact
+        stationary law (SGLD's, SGHMC's) also keeps the window's draws and
         gradients (:class:`~pymc_sgmcmc.tuning.tempering.EnergyWindow`, the
         window whose move of the means is the largest), from which the tuner
         bounds the move of its full-data steps direction by direction; True
         then whenever the window is kept, so that the step is chosen again.
+        The first-order move needs the exact inflation: the others' models are
+        bounds, and cyclical SGLD's steps change along its cycle.
         """
         if self.choices.step_size is not None:
             return False
@@ -473,7 +476,7 @@ class ChainAdapter(Travel):
             measurements = replace(measurements, tempering_sensitivity=sensitivity)
         settings = chain.settings
         budget = self.choices.bias_budget
-        if settings.estimator == FULL_DATA:
+        if settings.estimator == FULL_DATA and self.dynamics.exact_gaussian_model:
             window = EnergyWindow(draws, gradients, counted, temperature or 1.0)
             factor = settings.metric.factor(draws.shape[1])
             factor = factor * np.sqrt(settings.preconditioner)[None, :]

@@ -46,7 +46,8 @@ update rules on a log-Gamma target, friction included). Each direction
 then counts with its own inflation: :class:`EnergyWindow` holds a window's
 draws and gradients and gives the largest such covariance in sds for any
 metric, and the tuner keeps :math:`\max_a \varepsilon(a) / a` times it within
-the budget for chains on the full data.
+the budget for chains on the full data whose Gaussian model is their exact
+stationary law (SGLD's and SGHMC's; the others' models are bounds).
 """
 
 from __future__ import annotations

@@ -328,9 +328,10 @@ def choose_settings(
                 )
             # On the full data, a window's gradients give each direction's move
             # of the means at its own inflation (tuning.tempering), in place
-            # of tempering's, which inflates every direction as the stiffest.
+            # of tempering's, which inflates every direction as the stiffest;
+            # the inflation must be the chain's exact stationary one.
             limit, sensitivity = budget, 0.0
-            if estimator == FULL_DATA and energy is not None:
+            if estimator == FULL_DATA and energy is not None and dynamics.exact_gaussian_model:
                 limit, sensitivity = choices.bias_budget, energy.sensitivity(factor)
             tuned = _largest_step_size(model, curvatures, noise / temperature, limit, sensitivity)
             step_size = constant or tuned
