@@ -45,6 +45,7 @@ from pymc_sgmcmc.tuning.tuner import (
     choose_settings,
     fixed_settings,
     gradient_work,
+    metric_factor,
 )
 from pymc_sgmcmc.tuning.windows import (
     check_coordinates,
@@ -477,9 +478,8 @@ class ChainAdapter(Travel):
         settings = chain.settings
         budget = self.choices.bias_budget
         if settings.estimator == FULL_DATA and self.dynamics.exact_gaussian_model:
-            window = EnergyWindow(draws, gradients, counted, temperature or 1.0)
-            factor = settings.metric.factor(draws.shape[1])
-            factor = factor * np.sqrt(settings.preconditioner)[None, :]
+            window = EnergyWindow(draws, gradients, counted, temperature)
+            factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])
             energy = window.sensitivity(factor)
             kept = measurements.energy_window
             if kept is not None and kept.sensitivity(factor) > energy:
@@ -524,7 +524,7 @@ class ChainAdapter(Travel):
         """
         settings, measurements = chain.settings, chain.measurements
         size = measurements.mode.size
-        factor = settings.metric.factor(size) * np.sqrt(settings.preconditioner)[None, :]
+        factor = metric_factor(settings.metric, settings.preconditioner, size)
         temperature = self.choices.temperature
         log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
         largest = largest_curvature(

@@ -41,6 +41,7 @@ __all__ = [
     "choose_settings",
     "fixed_settings",
     "gradient_work",
+    "metric_factor",
 ]
 
 
@@ -140,6 +141,15 @@ class ChainSettings:
     relaxation: float = np.nan
     tune_clip: float = np.inf
     inflation_per_curvature: float = np.nan
+
+
+def metric_factor(metric: Metric, preconditioner: np.ndarray, size: int) -> np.ndarray:
+    """Return ``A`` of the coordinates ``theta = A z`` a chain's dynamics run in.
+
+    The metric's factor with the diagonal preconditioner's square root on
+    its columns: curvatures, noise and gradients are read in these.
+    """
+    return metric.factor(size) * np.sqrt(preconditioner)[None, :]
 
 
 def fixed_settings(dynamics: Dynamics, choices: UserChoices, size: int) -> ChainSettings:
@@ -270,7 +280,7 @@ def choose_settings(
         choices = replace(choices, estimators=(*choices.estimators, "second_order"))
     options = []
     for metric, preconditioner in _candidate_metrics(dynamics, measurements, choices, config):
-        factor = metric.factor(size) * np.sqrt(preconditioner)[None, :]
+        factor = metric_factor(metric, preconditioner, size)
         smallest, largest = measurements.curvatures(factor)
         model = dynamics.gaussian_model(
             (smallest, largest), preconditioner, config, temperature=choices.temperature or 1.0
