@@ -804,6 +804,49 @@ def test_a_travelling_step_that_diverges_travels_on_at_a_smaller_budget(caplog):
     assert np.all(np.ptp(tau, axis=1) > 0)
 
 
+@pytest.mark.parametrize(
+    ("shift", "ramp", "travels_on"),
+    [(0.0, 0.0, False), (20.0, 0.0, False), (20.0, 20.0, True)],
+    ids=["stayed", "settled", "still-drifting"],
+)
+def test_a_chain_still_drifting_after_travel_travels_on_where_it_is_not_slow(
+    shift, ramp, travels_on, caplog
+):
+    """A travel window whose draws lie ``shift`` posterior sds from where the chain was last
+    measured, moving on by ``ramp`` sds from its first draw to its last. A chain whose last
+    draws still drift by several of the sds measured around the window has not arrived: a
+    tune window whose draws drift would count the drift as the posterior's variance, so it
+    travels on at the bias budget even where it relaxes fast, window by window while each
+    window's mean moves, until one stays where it was measured. A chain that moved and
+    settled, or stayed, starts its tune windows."""
+    panel = correlated_regression(n_rows=500, correlation=0.0)
+    step = SGLD(batch_size=50, model=panel.model)
+    run(step, panel.model, draws=1, tune=5)
+    chain, adapter = step.chain, step.adapter
+    rng = np.random.default_rng(0)
+    sds = np.sqrt(chain.measurements.laplace_variance)
+
+    def window(length, shift, ramp=0.0):
+        along = shift + np.linspace(0.0, ramp, length)[:, None]
+        noise = rng.standard_normal((length, sds.size))
+        return chain.measurements.mode + sds * (along + noise)
+
+    chain.travelling, chain.travel_budget = True, 1.0
+    with caplog.at_level(logging.INFO, logger="pymc"):
+        adapter.finish_travel(chain, window(100, shift, ramp), rng, tune=True)
+        assert chain.settings.relaxation < adapter.tuning.slow_relaxation
+        assert chain.travelling == travels_on
+        if not travels_on:
+            assert chain.windows_closed == 0
+            return
+        assert chain.travel_budget == adapter.choices.bias_budget
+        adapter.finish_travel(chain, window(200, 20.0), rng, tune=True)
+        assert chain.travelling
+        adapter.finish_travel(chain, window(200, 0.0), rng, tune=True)
+    assert not chain.travelling
+    assert caplog.text.count("the chain was still moving where it was measured") == 2
+
+
 def test_noise_is_measured_closely_where_a_few_rows_carry_it():
     """On rows of heavy-tailed leverage, a noise measurement stays within 1.5x of the exact.
 

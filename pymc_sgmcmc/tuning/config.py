@@ -125,9 +125,12 @@ class TuningConfig:
     travel_budget, travel_shift : float
         Bias budget of the first tune window of a chain that relaxes slowly at
         its mode: larger steps take it to where the posterior's mass is, where
-        it is measured again. A chain still slow there travels through the
-        next window too, while its window's mean lies more than
-        ``travel_shift`` of the window's sds from where it was last measured.
+        it is measured again. While its window's mean lies more than
+        ``travel_shift`` of the window's sds from where it was last measured,
+        a chain still slow there travels through the next window too; one
+        that is not travels on at the bias budget where its window ended still
+        drifting (its last quarter's mean ``travel_shift`` sds of the new
+        picture from its third's).
     second_order_linearity : float
         Largest departure of the log posterior's gradient from linear across
         the Laplace picture (:func:`~pymc_sgmcmc.tuning.measure.linear_departure`)

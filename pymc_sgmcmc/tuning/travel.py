@@ -108,6 +108,12 @@ class Travel:
         chain.travelling = False
         chain.window = []
         previous = chain.measurements
+        if previous.at_start:
+            reason = "was measured at its start"
+        elif chain.travel_budget == self.choices.bias_budget < self.travel_budget():
+            reason = "was still moving where it was measured"
+        else:
+            reason = "relaxed slowly where it was measured"
         if len(draws) >= self.tuning.windows[0] // 10:
             chain.measurements = measure_at_draws(
                 previous, self.probe, draws, rng, self.choices.estimators, self.tuning
@@ -120,19 +126,28 @@ class Travel:
             "%s: the chain %s; it travelled %d tune draws at a bias budget of %g and was "
             "measured again where it went.",
             self.name,
-            "was measured at its start"
-            if previous.at_start
-            else "relaxed slowly where it was measured",
+            reason,
             len(draws),
             chain.travel_budget,
         )
         # Still moving (the draws' mean several of their sds from where the
-        # chain was last measured) and still slow: travel on through the next window.
+        # chain was last measured): travel on through the next window where
+        # the chain is still slow. Where it is not, a window that ends still
+        # drifting (its last draws moving by several of the sds just measured)
+        # shows a chain not yet arrived, whose next tune window would count the
+        # drift as the posterior's variance: it travels on at the bias budget,
+        # window by window, as long as it keeps moving.
         spread = np.std(draws, axis=0)
         shift = np.abs(draws.mean(axis=0) - previous.mode)
         moved = np.max(shift / np.where(spread > 0, spread, np.inf))
         if moved > self.tuning.travel_shift:
+            moving_on = chain.travel_budget == self.choices.bias_budget
             self.travel_if_slow(chain, tune, chain.travel_budget)
+            drifting = _drift(draws, chain.measurements.laplace_variance) > self.tuning.travel_shift
+            if (moving_on or drifting) and not chain.travelling and tune and self.windows:
+                if self.choices.step_size is None:
+                    chain.travelling = True
+                    chain.travel_budget = self.choices.bias_budget
         return self._travel_messages(chain)
 
     def _travel_messages(self, chain: ChainState) -> list:
@@ -170,3 +185,19 @@ class Travel:
         if budget > self.choices.bias_budget:
             self.travel_if_slow(chain, True, budget)
         return self._travel_messages(chain)
+
+
+def _drift(draws: np.ndarray, variance: np.ndarray) -> float:
+    """Return how far the mean of the last quarter of ``draws`` lies from the third's.
+
+    In sds of ``variance`` (the picture measured around the draws), the
+    largest over the coordinates: a chain at stationarity moves its quarters'
+    means by a fraction of the posterior's sd, a chain on its way by several.
+    """
+    quarter = len(draws) // 4
+    if quarter == 0:
+        return 0.0
+    last = draws[-quarter:].mean(axis=0)
+    third = draws[-2 * quarter : -quarter].mean(axis=0)
+    scale = np.sqrt(np.where(variance > 0, variance, np.inf))
+    return float(np.max(np.abs(last - third) / scale))
