@@ -466,18 +466,20 @@ class ChainAdapter(Travel):
         if self.choices.step_size is not None:
             return False
         temperature = self.choices.temperature
-        log_density, gradients = log_density_at_draws(
-            self.probe, draws, rng, self.tuning, temperature, gradients=True
+        settings = chain.settings
+        bounds_move = settings.estimator == FULL_DATA and self.dynamics.exact_gaussian_model
+        terms = log_density_at_draws(
+            self.probe, draws, rng, self.tuning, temperature, gradients=bounds_move
         )
+        log_density, gradients = terms if bounds_move else (terms, None)
         measured = decorrelated_draws(np.column_stack([draws, log_density]))
         counted = max(independent, measured)
         sensitivity = tempering_sensitivity(draws, log_density, counted)
         measurements = chain.measurements
         if sensitivity > measurements.tempering_sensitivity:
             measurements = replace(measurements, tempering_sensitivity=sensitivity)
-        settings = chain.settings
         budget = self.choices.bias_budget
-        if settings.estimator == FULL_DATA and self.dynamics.exact_gaussian_model:
+        if bounds_move:
             window = EnergyWindow(draws, gradients, counted, temperature)
             factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])
             energy = window.sensitivity(factor)

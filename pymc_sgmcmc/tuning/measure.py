@@ -22,6 +22,7 @@ from pymc_sgmcmc.tuning.mode import estimate_hessian, find_mode, hessian_sds
 __all__ = [
     "FULL_DATA",
     "Measurements",
+    "as_factor",
     "laplace",
     "measure",
     "measure_at_draws",
@@ -128,7 +129,7 @@ class Measurements:
         the draws' covariance in those coordinates; the largest is multiplied
         by ``stiffness``.
         """
-        factor = _as_factor(factor)
+        factor = as_factor(factor)
         values = np.linalg.eigvalsh(-factor.T @ self.hessian @ factor)
         if self.draw_covariance is not None:
             inverse = np.linalg.inv(factor)
@@ -153,7 +154,7 @@ class Measurements:
         """
         if estimator == FULL_DATA:
             return 0.0
-        factor = _as_factor(factor)
+        factor = as_factor(factor)
         covariance = factor.T @ self.noise_covariance[estimator] @ factor
         halves = None if self.noise_halves is None else self.noise_halves.get(estimator)
         if halves is None or 16 * covariance.shape[0] <= self.noise_samples:
@@ -175,7 +176,7 @@ class Measurements:
         of ``estimator``. Coordinates of non-positive curvature count the
         smallest positive one.
         """
-        factor = _as_factor(factor)
+        factor = as_factor(factor)
         curvature = np.diag(-factor.T @ self.hessian @ factor)
         curvature = np.maximum(curvature, self.curvatures(factor)[0])
         if estimator == FULL_DATA:
@@ -184,7 +185,11 @@ class Measurements:
         return temperature * curvature + np.maximum(noise, 0.0)
 
 
-def _as_factor(factor) -> np.ndarray:
+def as_factor(factor) -> np.ndarray:
+    """Return ``A`` of the coordinates ``theta = A z``: ``factor`` itself, or ``diag(sqrt(P))``.
+
+    ``factor`` is a matrix ``A`` or a diagonal preconditioner ``P`` as a vector.
+    """
     factor = np.asarray(factor, dtype=float)
     return np.diag(np.sqrt(factor)) if factor.ndim == 1 else factor
 

@@ -59,6 +59,7 @@ from scipy.stats import norm
 
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
+from pymc_sgmcmc.tuning.measure import as_factor
 
 __all__ = ["FALSE_ALARM", "EnergyWindow", "log_density_at_draws", "tempering_sensitivity"]
 
@@ -101,11 +102,12 @@ def log_density_at_draws(
         _, _, _, subsample_gradient = probe.terms(middle, indices)
         correction = full_gradient - subsample_gradient
     values = np.empty(len(draws))
-    slopes = np.empty_like(draws)
+    slopes = np.empty_like(draws) if gradients else None
     for k, draw in enumerate(draws):
         log_prior, prior_gradient, log_likelihood, likelihood_gradient = probe.terms(draw, indices)
         values[k] = log_prior + log_likelihood + correction @ draw
-        slopes[k] = prior_gradient + likelihood_gradient + correction
+        if gradients:
+            slopes[k] = prior_gradient + likelihood_gradient + correction
     if gradients:
         return values / temperature, slopes
     return values / temperature
@@ -181,10 +183,6 @@ class EnergyWindow:
         (see the module docstring). Moves within their sampling error count as
         zero, as in :func:`tempering_sensitivity`.
         """
-        factor = np.asarray(factor, dtype=float)
-        if factor.ndim == 1:
-            in_metric = self.gradients * np.sqrt(factor)
-        else:
-            in_metric = self.gradients @ factor
+        in_metric = self.gradients @ as_factor(factor)
         energy = 0.5 * np.sum(in_metric**2, axis=1) / self.temperature
         return tempering_sensitivity(self.draws, energy, self.independent)

@@ -33,7 +33,9 @@ class Travel:
     ``weigh_second_order``.
     """
 
-    def travel_if_slow(self, chain: ChainState, tune: bool, budget: float | None = None) -> None:
+    def travel_if_slow(
+        self, chain: ChainState, tune: bool, budget: float | None = None, moving: bool = False
+    ) -> None:
         """Run the next tune window at the travel budget if the chain is slow where measured.
 
         At a mode far from the posterior's mass (the joint mode of a
@@ -44,7 +46,10 @@ class Travel:
         takes larger steps instead, and the chain is measured again at that
         window's draws (:meth:`finish_travel`). A chain whose posterior has
         no mode (measured at its start) travels too. ``budget`` is the bias
-        budget to travel at (:meth:`travel_budget` by default).
+        budget to travel at (:meth:`travel_budget` by default). A chain
+        ``moving`` (not yet arrived, see :meth:`finish_travel`) that is not
+        slow, or would not relax faster at that budget, travels on at the
+        bias budget with the settings chosen where it was measured.
         """
         if not (tune and self.windows and self.choices.step_size is None):
             return
@@ -54,8 +59,14 @@ class Travel:
         if current.estimator == FULL_DATA:
             current = self.minibatch_settings(chain)
         slow = current.relaxation > self.tuning.slow_relaxation
-        if not (slow or chain.measurements.at_start):
+        if (slow or chain.measurements.at_start) and self._travel_faster(chain, current, budget):
             return
+        if moving:
+            chain.travelling = True
+            chain.travel_budget = self.choices.bias_budget
+
+    def _travel_faster(self, chain: ChainState, current, budget: float | None) -> bool:
+        """Travel at ``budget`` where that relaxes faster than ``current``; True if so."""
         budget = self.travel_budget() if budget is None else budget
         # The second-order control variate extrapolates the curvature at the
         # centre; a travelling chain leaves the region where that holds.
@@ -70,10 +81,12 @@ class Travel:
             full_data_work=np.inf,
         )
         travel = self.settings(chain.measurements, travel_choices)
-        if travel.relaxation < current.relaxation:
-            chain.settings = travel
-            chain.travelling = True
-            chain.travel_budget = budget
+        if not travel.relaxation < current.relaxation:
+            return False
+        chain.settings = travel
+        chain.travelling = True
+        chain.travel_budget = budget
+        return True
 
     def unchecked_after_travel(self, chain: ChainState) -> list:
         """Return the messages for PyMC where tune ended before a window checked a travelled chain.
@@ -108,9 +121,11 @@ class Travel:
         chain.travelling = False
         chain.window = []
         previous = chain.measurements
+        # A chain that travelled at the bias budget was travelling on, not yet arrived.
+        moving_on = chain.travel_budget == self.choices.bias_budget
         if previous.at_start:
             reason = "was measured at its start"
-        elif chain.travel_budget == self.choices.bias_budget < self.travel_budget():
+        elif moving_on and chain.travel_budget < self.travel_budget():
             reason = "was still moving where it was measured"
         else:
             reason = "relaxed slowly where it was measured"
@@ -141,13 +156,8 @@ class Travel:
         shift = np.abs(draws.mean(axis=0) - previous.mode)
         moved = np.max(shift / np.where(spread > 0, spread, np.inf))
         if moved > self.tuning.travel_shift:
-            moving_on = chain.travel_budget == self.choices.bias_budget
-            self.travel_if_slow(chain, tune, chain.travel_budget)
             drifting = _drift(draws, chain.measurements.laplace_variance) > self.tuning.travel_shift
-            if (moving_on or drifting) and not chain.travelling and tune and self.windows:
-                if self.choices.step_size is None:
-                    chain.travelling = True
-                    chain.travel_budget = self.choices.bias_budget
+            self.travel_if_slow(chain, tune, chain.travel_budget, moving=moving_on or drifting)
         return self._travel_messages(chain)
 
     def _travel_messages(self, chain: ChainState) -> list:
