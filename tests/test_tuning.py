@@ -4,7 +4,9 @@ import warnings
 from dataclasses import replace
 
 import numpy as np
+import pymc as pm
 import pytest
+from probes import probe_and_start
 
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Centre
@@ -18,6 +20,7 @@ from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
+from pymc_sgmcmc.tuning.measure import measure, row_work
 from pymc_sgmcmc.tuning.tuner import _largest_step_size
 
 N_CHAINS = 40_000
@@ -357,16 +360,24 @@ def test_the_automatic_choice_weighs_the_second_order_control_variate_where_meas
     assert choose_settings(Langevin(), unmeasured, automatic).estimator != "second_order"
 
 
+@pytest.mark.parametrize("row_work", [None, 24.0, 400.0], ids=["2D", "sparse", "dense"])
 @pytest.mark.parametrize("dynamics", [Langevin(), Underdamped()])
-def test_the_full_data_gradient_is_chosen_where_it_relaxes_faster_per_unit_of_work(dynamics):
-    noisy = gaussian_measurements(noise=2000.0)
+def test_the_full_data_gradient_is_chosen_where_it_relaxes_faster_per_unit_of_work(
+    dynamics, row_work
+):
+    """The even point moves with a row's work: fixed costs weigh more beside cheap rows."""
+    noisy = replace(gaussian_measurements(noise=2000.0), row_work=row_work)
     automatic = choices(estimators=("minibatch", "control_variate"))
     minibatch = choose_settings(dynamics, noisy, automatic)
     config = TuningConfig()
-    # Every step's fixed cost, in minibatch gradients of B = 100 rows of D = 2.
-    overhead = config.step_overhead / (2 * noisy.batch_size * noisy.mode.size)
+    # Every step's fixed cost, in minibatch gradients of B = 100 rows of D = 2,
+    # each row costing ``row_work`` multiply-adds (2 D where not measured).
+    per_row = 2 * noisy.mode.size if row_work is None else row_work
+    overhead = config.step_overhead / (noisy.batch_size * per_row)
     cost = (config.estimator_cost[minibatch.estimator] + overhead) * minibatch.relaxation
-    exact = choose_settings(dynamics, gaussian_measurements(noise=0.0), choices())
+    exact = choose_settings(
+        dynamics, replace(gaussian_measurements(noise=0.0), row_work=row_work), choices()
+    )
     # Gradient work per step at which both cost alike per relaxation time.
     even = cost / exact.relaxation - overhead
     cheap = choose_settings(dynamics, noisy, replace(automatic, full_data_work=0.9 * even))
@@ -614,3 +625,41 @@ def test_a_step_size_search_whose_stable_edge_has_no_inflation_stays_inside_it()
     assert 0 < step_size < largest
     inflations = [model.inflation(step_size, curvature, 0.054) for curvature in curvatures]
     assert max(inflations) == pytest.approx(0.05, rel=1e-6)
+
+
+def test_a_row_s_work_counts_the_coordinates_its_gradient_touches():
+    """A dense regression's row touches every coefficient; a grouped model's row, one group's.
+
+    A row's work is ``row_cost`` plus two multiply-adds per touched coordinate,
+    whatever ``D`` is: 4 coefficients and the noise scale in the regression,
+    and in the grouped model one of 40 intercepts, the slope and the noise scale
+    (the hierarchy's mean and scale enter through the prior alone). Counting
+    ``2 D`` is the negative control.
+    """
+    rng = np.random.default_rng(3)
+    n_rows, n_groups = 400, 40
+    x = rng.normal(size=(n_rows, 4))
+    group = rng.integers(n_groups, size=n_rows)
+    y = rng.normal(size=n_rows)
+    with pm.Model() as dense:
+        beta = pm.Normal("beta", 0, 1, shape=4)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", pm.math.dot(pm.Data("x", x), beta), sigma, observed=y)
+    with pm.Model() as grouped:
+        mu = pm.Normal("mu", 0, 1)
+        tau = pm.HalfNormal("tau", 1)
+        intercept = pm.Normal("intercept", mu, tau, shape=n_groups)
+        slope = pm.Normal("slope", 0, 1)
+        sigma = pm.HalfNormal("sigma", 1)
+        index = pm.Data("group", group)
+        pm.Normal("y", intercept[index] + slope * pm.Data("x", x[:, 0]), sigma, observed=y)
+    config = TuningConfig()
+    for model, touched in ((dense, 5), (grouped, 3)):
+        probe, start = probe_and_start(model)
+        point = start + 0.3 * np.random.default_rng(0).normal(size=start.size)
+        assert row_work(probe, point, config) == config.row_cost + 2 * touched
+    assert start.size == n_groups + 4
+    # The chain's measurements carry it to the tuner.
+    probe, start = probe_and_start(dense)
+    measured = measure(probe, 100, np.random.default_rng(1), start, config=config)
+    assert measured.row_work == config.row_cost + 2 * 5

@@ -97,10 +97,15 @@ class TuningConfig:
         then runs the cap of inner steps on all N rows. On more rows (up to
         ``full_data_rows``) it is weighed only where it relaxes within the cap.
     step_overhead : float
-        Fixed cost of an inner step besides its gradients, in the multiply-adds of a
-        gradient (a gradient on ``B`` rows of ``D`` coordinates costs about
-        ``2 B D``): drawing the batch and the noise and calling the compiled code.
+        Fixed cost of an inner step besides its gradients, in multiply-adds:
+        drawing the batch and the noise and calling the compiled code.
         The tuner counts it when it compares the gradient estimators' work.
+    row_cost : float
+        Cost of a row's elementwise functions (its log-likelihood and their
+        derivatives), in multiply-adds; a row's gradient costs this plus two
+        for each coordinate it touches (:func:`~pymc_sgmcmc.tuning.measure.row_work`).
+    row_probes : int
+        Rows whose single-row gradients count the coordinates a row touches.
     max_steps_per_draw : int
         Cap on the inner steps per recorded draw chosen from the relaxation time.
     slowness_threshold : float
@@ -213,6 +218,8 @@ class TuningConfig:
     full_data_rows: int = 100_000
     capped_full_data_rows: int = 10_000
     step_overhead: float = 10_000.0
+    row_cost: float = 20.0
+    row_probes: int = 16
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0

@@ -99,6 +99,9 @@ class Measurements:
     curvature_checked : bool
         Whether a tune window has measured the curvature at the chain's draws
         (chains on the full data's gradient; see :mod:`pymc_sgmcmc.tuning.curvature`).
+    row_work : float or None
+        Multiply-adds of one row's share of a gradient (:func:`row_work`);
+        ``None`` counts ``2 D``, every row touching every coordinate.
     """
 
     mode: np.ndarray
@@ -119,6 +122,7 @@ class Measurements:
     slowness: float = 1.0
     stiffness: float = 1.0
     curvature_checked: bool = False
+    row_work: float | None = None
 
     def curvatures(self, factor) -> tuple[float, float]:
         """Return the smallest and largest curvature in the coordinates ``theta = A z``.
@@ -366,8 +370,26 @@ def _around(
         batch_size=batch_size,
         at_start=at_start,
         full_batches=full_batches,
+        row_work=row_work(probe, point, config),
         **noise_at_draws(probe, points, batch_size, rng, estimators, centre, config, full_batches),
     )
+
+
+def row_work(probe: Probe, point, config: TuningConfig) -> float:
+    """Return the multiply-adds of one row's share of a gradient at ``point``.
+
+    A row's likelihood costs ``config.row_cost`` (its elementwise functions)
+    and two multiply-adds for each coordinate its gradient touches: every
+    coordinate in a dense regression, a handful in a hierarchical model whose
+    row reads one group's parameters. The touched coordinates are counted as
+    the nonzero entries of single rows' gradients, on ``config.row_probes``
+    rows spread evenly over the data, so that the count, and with it the
+    tuner's choice, is the same in every run.
+    """
+    count = min(config.row_probes, probe.n_rows)
+    rows = np.unique(np.linspace(0, probe.n_rows - 1, count).astype(np.int64))
+    touched = [np.count_nonzero(probe.terms(point, rows[i : i + 1])[3]) for i in range(len(rows))]
+    return config.row_cost + 2.0 * float(np.mean(touched))
 
 
 def _laplace_draws(point, factor, rng, count: int) -> np.ndarray:

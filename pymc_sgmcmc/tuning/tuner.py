@@ -16,7 +16,8 @@ full data, whose move the draws' gradients give direction by direction, the
 move itself within the budget; see :mod:`pymc_sgmcmc.tuning.tempering`), the
 metric and gradient estimator with the shortest relaxation time per unit of
 work (the work of an inner step counts the metric's multiply-adds against the
-gradient's, about ``2 B D``, and the step's fixed cost,
+gradient's, ``B`` times a row's work as measured by
+:func:`~pymc_sgmcmc.tuning.measure.row_work`, and the step's fixed cost,
 ``TuningConfig.step_overhead``; a gradient on all N rows, free of noise,
 counts ``N / B`` minibatch gradients), and about one relaxation time of inner
 steps per draw.
@@ -525,17 +526,22 @@ def gradient_work(estimator: str, choices: UserChoices, config: TuningConfig) ->
 def _step_work(estimator, metric, measurements, choices, config) -> float:
     """Return the work of one inner step, in minibatch gradients.
 
-    A gradient on ``B`` rows costs about ``2 B D`` multiply-adds, to which the
-    metric's maps add their own, and every step has a fixed cost of about
-    ``config.step_overhead`` multiply-adds besides.
+    A gradient on ``B`` rows costs ``B`` times a row's work
+    (``measurements.row_work``, about ``2 D`` multiply-adds where every row
+    touches every coordinate), to which the metric's maps add their own, and
+    every step has a fixed cost of about ``config.step_overhead``
+    multiply-adds besides.
     """
     size = measurements.mode.size
+    per_row = measurements.row_work
+    if per_row is None:
+        per_row = 2.0 * size
     rows = measurements.batch_size
     if estimator == FULL_DATA:
         rows = rows * choices.full_data_work
     gradients = gradient_work(estimator, choices, config)
-    overhead = config.step_overhead / (2.0 * measurements.batch_size * size)
-    return gradients * (1.0 + metric.extra_work(size) / (2.0 * rows * size)) + overhead
+    overhead = config.step_overhead / (measurements.batch_size * per_row)
+    return gradients * (1.0 + metric.extra_work(size) / (rows * per_row)) + overhead
 
 
 def _on_epochs(dynamics, model, measurements, factor, noise, epochs, temperature):
