@@ -58,6 +58,7 @@ from pymc_sgmcmc.compiling import compile_function
 from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.disk_rows import PIECE_ROWS, PageRelease, is_run
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
+from pymc_sgmcmc.operations import row_operations
 
 __all__ = [
     "ESTIMATORS",
@@ -238,6 +239,13 @@ class Probe:
         Rows one call of the compiled terms reads at most (a larger set is
         evaluated in pieces, see :meth:`terms`); by default about
         :data:`PIECE_BYTES` of the data's rows (:func:`rows_per_piece`).
+
+    Attributes
+    ----------
+    row_operations : tuple of int
+        The arithmetic and the other (transcendental) elementwise operations
+        a row costs in the compiled terms
+        (:func:`~pymc_sgmcmc.operations.row_operations`).
     """
 
     def __init__(
@@ -266,6 +274,8 @@ class Probe:
             **self.compile_kwargs,
         )
         self._terms = direct_call(terms, 2)
+        graph = terms.maker.fgraph
+        self.row_operations = row_operations(graph, graph.inputs[1])
         if pages is None:
             pages = PageRelease([data.get_value(borrow=True) for data in density.data])
         self.pages = pages

@@ -627,14 +627,20 @@ def test_a_step_size_search_whose_stable_edge_has_no_inflation_stays_inside_it()
     assert max(inflations) == pytest.approx(0.05, rel=1e-6)
 
 
+def elementwise_work(probe, config):
+    """The part of a row's work that its elementwise operations cost."""
+    arithmetic, others = probe.row_operations
+    return config.arithmetic_cost * arithmetic + config.transcendental_cost * others
+
+
 def test_a_row_s_work_counts_the_coordinates_its_gradient_touches():
     """A dense regression's row touches every coefficient; a grouped model's row, one group's.
 
-    A row's work is ``row_cost`` plus two multiply-adds per touched coordinate,
-    whatever ``D`` is: 4 coefficients and the noise scale in the regression,
-    and in the grouped model one of 40 intercepts, the slope and the noise scale
-    (the hierarchy's mean and scale enter through the prior alone). Counting
-    ``2 D`` is the negative control.
+    A row's work is its elementwise operations' plus two multiply-adds per
+    touched coordinate, whatever ``D`` is: 4 coefficients and the noise scale
+    in the regression, and in the grouped model one of 40 intercepts, the
+    slope and the noise scale (the hierarchy's mean and scale enter through
+    the prior alone). Counting ``2 D`` is the negative control.
     """
     rng = np.random.default_rng(3)
     n_rows, n_groups = 400, 40
@@ -657,9 +663,34 @@ def test_a_row_s_work_counts_the_coordinates_its_gradient_touches():
     for model, touched in ((dense, 5), (grouped, 3)):
         probe, start = probe_and_start(model)
         point = start + 0.3 * np.random.default_rng(0).normal(size=start.size)
-        assert row_work(probe, point, config) == config.row_cost + 2 * touched
+        expected = elementwise_work(probe, config) + 2 * touched
+        assert row_work(probe, point, config) == expected
     assert start.size == n_groups + 4
     # The chain's measurements carry it to the tuner.
     probe, start = probe_and_start(dense)
     measured = measure(probe, 100, np.random.default_rng(1), start, config=config)
-    assert measured.row_work == config.row_cost + 2 * 5
+    assert measured.row_work == elementwise_work(probe, config) + 2 * 5
+
+
+def test_a_row_s_transcendental_functions_are_counted_apart():
+    """A Normal row needs only arithmetic; a Bernoulli-logit row needs exp and log as well.
+
+    The counts are of the compiled graph's elementwise operations on the
+    batch's rows; the prior's operations, which no row reaches, count for
+    neither. Counting every operation alike, or none, is the negative control.
+    """
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(300, 3))
+    with pm.Model() as normal:
+        # The scales' log transform puts exp and log on arrays in the prior alone.
+        scale = pm.HalfNormal("scale", 1, shape=3)
+        beta = pm.Normal("beta", 0, scale)
+        pm.Normal("y", pm.math.dot(pm.Data("x", x), beta), 1.0, observed=rng.normal(size=300))
+    with pm.Model() as logistic:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        logit = pm.math.dot(pm.Data("x", x), beta)
+        pm.Bernoulli("y", logit_p=logit, observed=rng.integers(2, size=300))
+    normal_arithmetic, normal_others = probe_and_start(normal)[0].row_operations
+    logistic_arithmetic, logistic_others = probe_and_start(logistic)[0].row_operations
+    assert normal_others == 0 and normal_arithmetic > 0
+    assert logistic_others >= 2 and logistic_arithmetic > 0

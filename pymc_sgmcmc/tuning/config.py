@@ -100,10 +100,11 @@ class TuningConfig:
         Fixed cost of an inner step besides its gradients, in multiply-adds:
         drawing the batch and the noise and calling the compiled code.
         The tuner counts it when it compares the gradient estimators' work.
-    row_cost : float
-        Cost of a row's elementwise functions (its log-likelihood and their
-        derivatives), in multiply-adds; a row's gradient costs this plus two
-        for each coordinate it touches (:func:`~pymc_sgmcmc.tuning.measure.row_work`).
+    arithmetic_cost, transcendental_cost : float
+        Cost of one arithmetic and one transcendental (exp, log, the sigmoid)
+        elementwise operation on a row, in multiply-adds; a row's gradient
+        costs its operations plus two for each coordinate it touches
+        (:func:`~pymc_sgmcmc.tuning.measure.row_work`).
     row_probes : int
         Rows whose single-row gradients count the coordinates a row touches.
     max_steps_per_draw : int
@@ -218,7 +219,8 @@ class TuningConfig:
     full_data_rows: int = 100_000
     capped_full_data_rows: int = 10_000
     step_overhead: float = 10_000.0
-    row_cost: float = 20.0
+    arithmetic_cost: float = 0.25
+    transcendental_cost: float = 6.0
     row_probes: int = 16
     max_steps_per_draw: int = 1000
     slowness_threshold: float = 3.0

@@ -378,18 +378,21 @@ def _around(
 def row_work(probe: Probe, point, config: TuningConfig) -> float:
     """Return the multiply-adds of one row's share of a gradient at ``point``.
 
-    A row's likelihood costs ``config.row_cost`` (its elementwise functions)
-    and two multiply-adds for each coordinate its gradient touches: every
-    coordinate in a dense regression, a handful in a hierarchical model whose
-    row reads one group's parameters. The touched coordinates are counted as
-    the nonzero entries of single rows' gradients, on ``config.row_probes``
-    rows spread evenly over the data, so that the count, and with it the
-    tuner's choice, is the same in every run.
+    A row costs its elementwise operations (:attr:`Probe.row_operations`:
+    ``config.arithmetic_cost`` each for arithmetic, ``config.transcendental_cost``
+    for exp, log and their kin) and two multiply-adds for each coordinate its
+    gradient touches: every coordinate in a dense regression, a handful in a
+    hierarchical model whose row reads one group's parameters. The touched
+    coordinates are counted as the nonzero entries of single rows' gradients,
+    on ``config.row_probes`` rows spread evenly over the data, so that the
+    count, and with it the tuner's choice, is the same in every run.
     """
     count = min(config.row_probes, probe.n_rows)
     rows = np.unique(np.linspace(0, probe.n_rows - 1, count).astype(np.int64))
     touched = [np.count_nonzero(probe.terms(point, rows[i : i + 1])[3]) for i in range(len(rows))]
-    return config.row_cost + 2.0 * float(np.mean(touched))
+    arithmetic, others = probe.row_operations
+    elementwise = config.arithmetic_cost * arithmetic + config.transcendental_cost * others
+    return elementwise + 2.0 * float(np.mean(touched))
 
 
 def _laplace_draws(point, factor, rng, count: int) -> np.ndarray:
