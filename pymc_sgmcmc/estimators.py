@@ -274,6 +274,7 @@ class Probe:
             **self.compile_kwargs,
         )
         self._terms = direct_call(terms, 2)
+        # The compiled graph's inputs are the position and the indices, in that order.
         graph = terms.maker.fgraph
         self.row_operations = row_operations(graph, graph.inputs[1])
         if pages is None:

@@ -389,7 +389,7 @@ def row_work(probe: Probe, point, config: TuningConfig) -> float:
     """
     count = min(config.row_probes, probe.n_rows)
     rows = np.unique(np.linspace(0, probe.n_rows - 1, count).astype(np.int64))
-    touched = [np.count_nonzero(probe.terms(point, rows[i : i + 1])[3]) for i in range(len(rows))]
+    touched = [np.count_nonzero(probe.terms(point, row)[3]) for row in rows[:, np.newaxis]]
     arithmetic, others = probe.row_operations
     elementwise = config.arithmetic_cost * arithmetic + config.transcendental_cost * others
     return elementwise + 2.0 * float(np.mean(touched))
