@@ -6,7 +6,10 @@ print, per run, the largest ``|mean error| / sd`` and the sd ratio farthest
 from 1 against the reference posterior (exact, or a long NUTS run computed
 once and cached), the ESS per 1,000 inner steps and the wall time. A run meets
 the accuracy bar when its means lie within 0.1 posterior sd and its sds within
-10%. Each chain tunes for PyMC's default 1,000 draws, as a user's would;
+10%. With ``--nuts`` each model is first sampled with PyMC's NUTS and
+its defaults, with the same draws, tune and chains, and each sampler's wall
+time is printed as a ratio to NUTS's in the same run. Each chain tunes for
+PyMC's default 1,000 draws, as a user's would;
 the default 3,000 draws per chain keep the Monte Carlo error of the largest
 of some fifty mean errors near 0.06 sd, below the bar.
 
@@ -52,7 +55,7 @@ from pymc_sgmcmc.real_posteriors import (
 from pymc_sgmcmc.registry import SAMPLERS
 from pymc_sgmcmc.samplers.cyclical import posterior_draws
 
-__all__ = ["PANEL", "main", "run_panel"]
+__all__ = ["NUTS", "PANEL", "main", "nuts_ratios", "run_panel"]
 
 PANEL: dict[str, Callable[[], PanelModel]] = {
     "nig": lambda: normal_inverse_gamma_regression(n_rows=10_000),
@@ -89,13 +92,18 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     "median-regression": median_regression,
     "eight-schools": lambda: nuts_reference(eight_schools()),
 }
+#: The sampler name of PyMC's NUTS rows (``--nuts``).
+NUTS = "NUTS (PyMC)"
+
 HEADER = (
     "| model | N | sampler | max abs mean error / sd | worst sd ratio | "
     "ESS per 1,000 inner steps | wall time (s) | bar met |"
 )
 
 
-def run_panel(models, samplers, batch_size=100, draws=3000, tune=1000, chains=2, seed=1):
+def run_panel(
+    models, samplers, batch_size=100, draws=3000, tune=1000, chains=2, seed=1, nuts=False
+):
     """Sample each panel model with each sampler's defaults and yield one result row each.
 
     Parameters
@@ -108,6 +116,11 @@ def run_panel(models, samplers, batch_size=100, draws=3000, tune=1000, chains=2,
         The one argument given to the samplers.
     draws, tune, chains, seed : int
         Passed to :func:`pymc.sample` (sequential chains).
+    nuts : bool, default False
+        Also sample each model with PyMC's NUTS and its defaults, first, with
+        the same draws, tune, chains and seed, so that the samplers' wall
+        times compare with NUTS's in the same run. Its "inner steps" are its
+        leapfrog steps, each a gradient on all rows.
 
     Yields
     ------
@@ -117,10 +130,10 @@ def run_panel(models, samplers, batch_size=100, draws=3000, tune=1000, chains=2,
     """
     for key in models:
         panel = PANEL[key]()
-        for sampler in samplers:
+        for sampler in [NUTS] * nuts + list(samplers):
             start = time.perf_counter()
             with panel.model:
-                step = SAMPLERS[sampler](batch_size=batch_size)
+                step = None if sampler == NUTS else SAMPLERS[sampler](batch_size=batch_size)
                 result = pm.sample(
                     step=step,
                     draws=draws,
@@ -133,7 +146,8 @@ def run_panel(models, samplers, batch_size=100, draws=3000, tune=1000, chains=2,
                 )
             seconds = time.perf_counter() - start
             agreement = accuracy(posterior_draws(result), panel.means, panel.sds)
-            inner_steps = float(result.sample_stats["steps_per_draw"].sum())
+            statistic = "n_steps" if sampler == NUTS else "steps_per_draw"
+            inner_steps = float(result.sample_stats[statistic].sum())
             yield {
                 "model": panel.name.split(" N=")[0],
                 "n_rows": panel.n_rows,
@@ -144,6 +158,20 @@ def run_panel(models, samplers, batch_size=100, draws=3000, tune=1000, chains=2,
                 "seconds": seconds,
                 "meets_bar": agreement.meets(),
             }
+
+
+def nuts_ratios(rows) -> list[str]:
+    """Return a line per sampler row of a model that has a NUTS row: its wall time over NUTS's."""
+    nuts_seconds = {
+        (row["model"], row["n_rows"]): row["seconds"] for row in rows if row["sampler"] == NUTS
+    }
+    return [
+        f"{row['model']}, N={row['n_rows']:,}: {row['sampler']} took {row['seconds']:.1f} s, "
+        f"{row['seconds'] / nuts_seconds[row['model'], row['n_rows']]:.3f}x NUTS's "
+        f"{nuts_seconds[row['model'], row['n_rows']]:.1f} s"
+        for row in rows
+        if row["sampler"] != NUTS and (row["model"], row["n_rows"]) in nuts_seconds
+    ]
 
 
 def format_row(row: dict) -> str:
@@ -170,6 +198,12 @@ def main(argv=None) -> int:
         "far from the posterior's mass need more than 100)",
     )
     parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument(
+        "--nuts",
+        action="store_true",
+        help="also sample each model with PyMC's NUTS (same draws, tune, chains) and print "
+        "each sampler's wall time as a ratio to NUTS's in this run",
+    )
     parser.add_argument("--output", help="also write the table to this Markdown file")
     arguments = parser.parse_args(argv)
 
@@ -183,6 +217,7 @@ def main(argv=None) -> int:
         draws=arguments.draws,
         tune=arguments.tune,
         chains=arguments.chains,
+        nuts=arguments.nuts,
     ):
         rows.append(row)
         lines.append(format_row(row))
@@ -195,6 +230,9 @@ def main(argv=None) -> int:
             line = f"{sampler}: ESS per 1,000 inner steps at N=500,000 / at N=5,000 = {ratio:.2f}"
             lines.append("\n" + line)
             print(line)
+    for line in nuts_ratios(rows):
+        lines.append(line)
+        print(line)
     if arguments.output:
         with open(arguments.output, "w") as handle:
             handle.write("\n".join(lines) + "\n")
