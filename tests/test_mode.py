@@ -11,10 +11,10 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import correlated_regression
-from pymc_sgmcmc.real_posteriors import radon_like
+from pymc_sgmcmc.real_posteriors import _polynomial_data, radon_like
 from pymc_sgmcmc.tuning import TuningConfig, find_mode
 from pymc_sgmcmc.tuning.measure import measure
-from pymc_sgmcmc.tuning.mode import _quadratic_along_softest
+from pymc_sgmcmc.tuning.mode import _quadratic_along_softest, hessian_sds
 
 
 @pytest.mark.parametrize("seed", [0, 2])
@@ -154,3 +154,63 @@ def test_a_chain_whose_dispersed_start_fails_measures_from_its_initial_point():
     direct = measure(probe, 50, np.random.default_rng(0), start)
     assert not measured.at_start
     np.testing.assert_allclose(measured.mode, direct.mode, rtol=1e-4)
+
+
+def _regression_hessian(design, seed=0):
+    """A regression of known noise sd 1 on ``design``: its probe, mode and exact Hessian."""
+    rng = np.random.default_rng(seed)
+    y = design @ rng.normal(0.0, 0.5, size=design.shape[1]) + rng.normal(size=len(design))
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 10.0, shape=design.shape[1])
+        pm.Normal("y", design @ beta, 1.0, observed=y)
+    probe, _ = probe_and_start(model)
+    precision = design.T @ design + np.eye(design.shape[1]) / 100.0
+    mode = np.linalg.solve(precision, design.T @ y)
+    return probe, mode, -precision
+
+
+def _whitened_error(exact, hessian) -> float:
+    """The largest relative error of ``hessian`` along any direction, whitened by ``exact``."""
+    factor = np.linalg.cholesky(-exact)
+    whitened = np.linalg.solve(factor, np.linalg.solve(factor, hessian - exact).T)
+    return float(np.abs(np.linalg.eigvalsh(whitened)).max())
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_subsample_hessian_of_a_collinear_design_grows_until_it_is_accurate(checked):
+    # The polynomial regression's 26 nearly collinear columns: a Hessian on
+    # 4,096 of 40,000 rows is a few percent off in each entry, and a factor
+    # of several along the softest directions. Unchecked, that is the
+    # negative control.
+    design, _, _ = _polynomial_data(40_000, 0)
+    probe, mode, exact = _regression_hessian(design)
+    config = TuningConfig(hessian_full_work=0, hessian_error=0.25 if checked else np.inf)
+    hessian, _ = mode_module.checked_hessian(
+        probe, mode, np.random.default_rng(1), config, scale=hessian_sds(exact)
+    )
+    error = _whitened_error(exact, hessian)
+    if checked:
+        assert error < 0.25
+    else:
+        assert error > 1.0
+
+
+def test_an_accurate_subsample_hessian_keeps_its_rows(monkeypatch):
+    # Independent covariates: 4,096 rows put the Hessian within about
+    # 2 sqrt(D / rows) = 0.07 of the full data's along every direction.
+    design = np.random.default_rng(2).normal(size=(40_000, 5))
+    probe, mode, exact = _regression_hessian(design)
+    rows_used = []
+    hessians = probe.hessians
+
+    def counted(position, indices, steps):
+        rows_used.append(len(indices))
+        return hessians(position, indices, steps)
+
+    monkeypatch.setattr(probe, "hessians", counted)
+    config = TuningConfig(hessian_full_work=0)
+    hessian, _ = mode_module.checked_hessian(
+        probe, mode, np.random.default_rng(1), config, scale=hessian_sds(exact)
+    )
+    assert rows_used == [2048, 2048]
+    assert _whitened_error(exact, hessian) < 0.25

@@ -29,6 +29,12 @@ class TuningConfig:
         Largest N times D for which the Hessian is estimated on all rows.
     hessian_rows_per_coordinate : int
         Fewest rows per coordinate the Hessian's minibatch holds.
+    hessian_error, hessian_check_work : float, int
+        Largest relative error, along any direction, of a Hessian estimated on
+        a subsample at a point the chain is measured at, estimated from the
+        difference of its two halves; a subsample whose error is larger grows
+        to the rows that error asks for, while those rows times D stay within
+        ``hessian_check_work`` (see :func:`~pymc_sgmcmc.tuning.mode.checked_hessian`).
     information_batches, information_batch_size : int
         Minibatches, and rows in each, from which the covariance of the rows'
         log-likelihood gradients (the information) is estimated wherever a
@@ -194,6 +200,8 @@ class TuningConfig:
     hessian_rows: int = 4096
     hessian_full_work: int = 2_000_000
     hessian_rows_per_coordinate: int = 32
+    hessian_error: float = 0.25
+    hessian_check_work: int = 50_000_000
     information_batches: int = 64
     information_batch_size: int = 256
     kink_step: float = 0.1
