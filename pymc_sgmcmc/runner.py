@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -32,10 +33,16 @@ CENTRED_ESTIMATORS = ("control_variate", "second_order")
 #: of several draws at a few places in it, the same in every cycle.
 PERIODIC_ENTRIES = 64
 
-#: Most row indices one call of the kernel holds (32 MiB of them): a draw on
-#: the full data's gradient runs its inner steps in calls of at most this
-#: many rows in all, each from where the last one ended.
+#: Most row indices (or noise values) one call of the kernel holds (32 MiB of
+#: them): a draw on the full data's gradient, or a draw of more minibatch
+#: steps than that holds, runs its inner steps in calls of at most this many
+#: in all, each from where the last one ended.
 CALL_ROWS = 2**22
+
+
+def _call_width(rows, noise_shape) -> int:
+    """Return the row indices or noise values, whichever are more, that one inner step reads."""
+    return max(rows.batch_size, math.prod(noise_shape))
 
 
 class KernelRunner:
@@ -128,8 +135,13 @@ class KernelRunner:
         noise_shape = (self.dynamics.noise_vectors, position.size)
         state = {**chain.state, "position": self.coordinates(chain, settings.metric, position)}
         if settings.estimator == FULL_DATA:
-            return self._run_on_all_rows(chain, state, n_steps, step_values, rng, noise_shape)
+            rows = chain.all_rows
+            return self._run_in_calls(chain, rows, state, n_steps, step_values, rng, noise_shape)
         batches = chain.batches
+        if draws == 1 and n_steps * _call_width(batches, noise_shape) > CALL_ROWS:
+            # A draw longer than one call holds (cyclical SGLD's exploration
+            # and settling stages, at a small step size).
+            return self._run_in_calls(chain, batches, state, n_steps, step_values, rng, noise_shape)
         # The rows and the noise of ``draws`` draws, each from its own generator
         # in one call: the numbers of a call per draw.
         indices = batches.draw(chain.row_generator, draws * n_steps)
@@ -151,22 +163,25 @@ class KernelRunner:
         ]
         return results[0]
 
-    def _run_on_all_rows(self, chain, state, n_steps, step_values, rng, noise_shape):
-        """Return what the kernel gives for a draw of ``n_steps`` steps on all rows.
+    def _run_in_calls(self, chain, rows, state, n_steps, step_values, rng, noise_shape):
+        """Return what the kernel gives for a draw of ``n_steps`` steps on batches from ``rows``.
 
-        The steps run in calls of at most :data:`CALL_ROWS` row indices, each
-        from the state the last one returned, so that memory does not grow
-        with ``n_steps`` times N; a call that stops at a non-finite step ends
-        the draw. The noise is drawn call by call, in the order of the steps.
+        ``rows`` is the chain's minibatch stream or all its rows. The steps
+        run in calls of at most :data:`CALL_ROWS` row indices (or noise
+        values), each from the state the last one returned, so that memory
+        does not grow with ``n_steps`` times the rows of a step; a call that
+        stops at a non-finite step ends the draw. The rows and the noise are
+        drawn call by call, in the order of the steps, so that they are the
+        numbers of one call.
         """
-        rows = chain.all_rows
         kernel = self.kernel(chain)
-        length = max(1, CALL_ROWS // rows.n_rows)
+        length = max(1, CALL_ROWS // _call_width(rows, noise_shape))
         taken = clipped = 0
         for start in range(0, n_steps, length):
             steps = min(length, n_steps - start)
             indices = rows.draw(chain.row_generator, steps)
             noise = rng.standard_normal((steps, *noise_shape))
+            self.compiled.pages.read(indices)
             values = {name: value[start : start + steps] for name, value in step_values.items()}
             with interrupts_held:
                 result = kernel(state, indices, noise, values, chain.kernel_inputs)

@@ -492,8 +492,10 @@ def test_a_draw_on_all_rows_ends_with_the_call_that_stopped_at_a_non_finite_step
     monkeypatch.setattr(KernelRunner, "kernel", lambda self, chain: kernel)
     chain = SimpleNamespace(all_rows=AllRows(10), row_generator=None, kernel_inputs=[])
     runner = KernelRunner.__new__(KernelRunner)
-    result = runner._run_on_all_rows(
+    runner.compiled = SimpleNamespace(pages=SimpleNamespace(read=lambda indices: None))
+    result = runner._run_in_calls(
         chain,
+        chain.all_rows,
         {"position": np.zeros(1)},
         7,
         {"step_size": np.ones(7)},

@@ -322,6 +322,59 @@ def test_draws_run_ahead_are_those_of_a_kernel_call_per_draw(
         assert not diverging.any()
 
 
+@pytest.mark.parametrize("interpreted_steps", [0, 10**9], ids=["fused", "interpreted"])
+def test_a_draw_longer_than_a_call_runs_in_calls_and_gives_the_draws_of_one(
+    model, interpreted_steps, monkeypatch
+):
+    """A minibatch draw whose rows would fill more than a call's memory runs in several calls."""
+    from pymc_sgmcmc import runner as runner_module
+    from pymc_sgmcmc.runner import KernelRunner
+
+    calls = []
+    choose = KernelRunner.kernel
+
+    class Counted:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __call__(self, state, indices, *arguments):
+            calls.append(len(indices))
+            return self.kernel(state, indices, *arguments)
+
+        def __getattr__(self, name):
+            return getattr(self.kernel, name)
+
+    def counted(runner, chain):
+        return Counted(choose(runner, chain))
+
+    monkeypatch.setattr(KernelRunner, "kernel", counted)
+
+    def sample():
+        tuning = TuningConfig(interpreted_steps=interpreted_steps, steps_per_call=0)
+        return run(
+            model,
+            chains=1,
+            tune=5,
+            draws=10,
+            step_options={"tuning": tuning},
+            compute_convergence_checks=False,
+        )
+
+    whole = sample()
+    assert calls and set(calls) <= {5, 500}, "a draw of 5 steps of 50 rows (or all) per call"
+    calls.clear()
+    # Two steps of 50 rows per call: a draw of 5 steps takes three.
+    monkeypatch.setattr(runner_module, "CALL_ROWS", 100)
+    split = sample()
+    assert calls.count(2) >= 2 * 15 and set(calls) <= {1, 2}
+    np.testing.assert_array_equal(
+        np.asarray(whole.posterior["beta"]), np.asarray(split.posterior["beta"])
+    )
+    np.testing.assert_array_equal(
+        np.asarray(whole.sample_stats["log_density"]), np.asarray(split.sample_stats["log_density"])
+    )
+
+
 def test_a_draw_from_a_point_another_step_method_changed_starts_there(model):
     """A point whose arrays are those the last draw returned reuses that draw's raveled
     position; one whose arrays another step method replaced is raveled again. The new
