@@ -26,7 +26,11 @@ from pymc_sgmcmc.kernel import Kernel
 from pymc_sgmcmc.loop import InterpretedKernel, PositionTerms
 from pymc_sgmcmc.metric import metric_from_covariance
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
-from pymc_sgmcmc.samplers.cyclical import SETTLING_RELAXATIONS, CyclicalLangevin
+from pymc_sgmcmc.samplers.cyclical import (
+    MAX_DRAWS_PER_RELAXATION,
+    SETTLING_RELAXATIONS,
+    CyclicalLangevin,
+)
 from pymc_sgmcmc.samplers.psgld import RMSpropLangevin
 from pymc_sgmcmc.samplers.sgld import Langevin
 from pymc_sgmcmc.samplers.sgnht import Thermostat
@@ -242,6 +246,12 @@ def test_cycles_span_the_relaxation_and_settle_after_exploring():
     # A relaxation beyond the steps per draw: the cycle spans cycle_draws relaxations.
     long = dynamics.schedule(0.1, steps_per_draw=10, relaxation=25.0)
     assert long.cycle_length == 10 * 10 * 3 and long.settling == 75
+    # A relaxation of a chain whose steps were cut far below its curvatures':
+    # the cycle counts at most MAX_DRAWS_PER_RELAXATION draws per relaxation,
+    # so a cycle's first draw does not hold hundreds of millions of steps.
+    stuck = dynamics.schedule(1e-6, steps_per_draw=1000, relaxation=4e7)
+    assert stuck.cycle_length == 10 * 1000 * MAX_DRAWS_PER_RELAXATION
+    assert stuck.settling == (stuck.cycle_length - 250_000) // 2
     # Settling takes at most half the sampling stage.
     short = CyclicalLangevin(cycle_draws=2, exploration=0.5).schedule(0.1, 10, 10.0)
     assert short.settling == 5

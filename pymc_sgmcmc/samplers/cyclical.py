@@ -57,6 +57,12 @@ __all__ = [
 #: d e^-3 / 27 at the default cycle (0.015 sd for d = 8).
 SETTLING_RELAXATIONS = 3.0
 
+#: Most draws a cycle counts per relaxation time: a chain whose steps relax
+#: over more (a step size cut far below its curvatures') would otherwise get
+#: cycles of billions of inner steps, whose first draw holds the exploration
+#: and settling stages of hundreds of millions, longer than any run.
+MAX_DRAWS_PER_RELAXATION = 100
+
 
 def posterior_draws(data):
     """Return the posterior draws of any run: without exploration stages where they are marked."""
@@ -191,12 +197,14 @@ class CyclicalLangevin(Langevin):
 
         A cycle spans ``cycle_draws`` draws of ``steps_per_draw`` inner steps,
         or as many more draws as it takes to span ``cycle_draws`` relaxation
-        times; its sampling stage starts with :data:`SETTLING_RELAXATIONS`
+        times (counting at most :data:`MAX_DRAWS_PER_RELAXATION` draws per
+        relaxation time); its sampling stage starts with :data:`SETTLING_RELAXATIONS`
         relaxation times (at most half the stage) that end no kept draw.
         """
         peak = 2.0 / (np.cos(np.pi * self.exploration) + 1.0)
         known = np.isfinite(relaxation)
         draws_per_relaxation = int(np.ceil(relaxation / steps_per_draw)) if known else 1
+        draws_per_relaxation = min(draws_per_relaxation, MAX_DRAWS_PER_RELAXATION)
         cycle_length = self.cycle_draws * steps_per_draw * max(1, draws_per_relaxation)
         stage = cycle_length - int(np.ceil(self.exploration * cycle_length))
         settling = int(np.ceil(SETTLING_RELAXATIONS * relaxation)) if known else 0
