@@ -130,7 +130,7 @@ def run_panel(
     """
     for key in models:
         panel = PANEL[key]()
-        for sampler in [NUTS] * nuts + list(samplers):
+        for sampler in ([NUTS] if nuts else []) + list(samplers):
             start = time.perf_counter()
             with panel.model:
                 step = None if sampler == NUTS else SAMPLERS[sampler](batch_size=batch_size)
@@ -165,13 +165,15 @@ def nuts_ratios(rows) -> list[str]:
     nuts_seconds = {
         (row["model"], row["n_rows"]): row["seconds"] for row in rows if row["sampler"] == NUTS
     }
-    return [
-        f"{row['model']}, N={row['n_rows']:,}: {row['sampler']} took {row['seconds']:.1f} s, "
-        f"{row['seconds'] / nuts_seconds[row['model'], row['n_rows']]:.3f}x NUTS's "
-        f"{nuts_seconds[row['model'], row['n_rows']]:.1f} s"
-        for row in rows
-        if row["sampler"] != NUTS and (row["model"], row["n_rows"]) in nuts_seconds
-    ]
+    lines = []
+    for row in rows:
+        nuts = nuts_seconds.get((row["model"], row["n_rows"]))
+        if row["sampler"] != NUTS and nuts is not None:
+            lines.append(
+                f"{row['model']}, N={row['n_rows']:,}: {row['sampler']} took "
+                f"{row['seconds']:.1f} s, {row['seconds'] / nuts:.3f}x NUTS's {nuts:.1f} s"
+            )
+    return lines
 
 
 def format_row(row: dict) -> str:

@@ -18,7 +18,7 @@ from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.kinks import with_information
 
-__all__ = ["estimate_hessian", "find_mode", "hessian_sds"]
+__all__ = ["checked_hessian", "estimate_hessian", "find_mode", "hessian_sds", "relative_error"]
 
 
 def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
