@@ -89,6 +89,10 @@ class Metric(ABC):
     def factor(self, size: int) -> np.ndarray:
         """Return ``A`` as a dense ``size x size`` matrix (for the tuner's measurements)."""
 
+    def diagonal(self, size: int) -> np.ndarray | None:
+        """Return the diagonal of ``A`` where ``A`` is diagonal, ``None`` otherwise."""
+        return None
+
     def extra_work(self, size: int) -> float:
         """Return the multiply-adds the maps add to one inner step."""
         return 0.0
@@ -126,6 +130,10 @@ class IdentityMetric(Metric):
         """Return ``A`` as a dense matrix."""
         return np.eye(size)
 
+    def diagonal(self, size):
+        """Return the diagonal of ``A``."""
+        return np.ones(size)
+
 
 @dataclass(frozen=True)
 class DiagonalMetric(Metric):
@@ -157,6 +165,10 @@ class DiagonalMetric(Metric):
     def factor(self, size):
         """Return ``A`` as a dense matrix."""
         return np.diag(self.scale)
+
+    def diagonal(self, size):
+        """Return the diagonal of ``A``."""
+        return np.asarray(self.scale, dtype=float)
 
     def extra_work(self, size):
         """Return the multiply-adds the maps add to one inner step."""

@@ -189,6 +189,14 @@ def test_the_largest_curvature_at_draws_is_the_whitened_hessians_top_eigenvalue(
         expected = max(expected, np.linalg.eigvalsh(-factor.T @ hessian @ factor).max())
     found = largest_curvature(probe, draws, factor, rng, iterations=200)
     assert found == pytest.approx(expected, rel=1e-3)
+    # A diagonal preconditioner P given as a vector: the coordinates of A = diag(sqrt(P)).
+    preconditioner = rng.uniform(0.05, 0.5, size)
+    dense = np.diag(np.sqrt(preconditioner))
+    found = largest_curvature(probe, draws, preconditioner, rng, iterations=200)
+    assert found == pytest.approx(
+        largest_curvature(probe, draws, dense, np.random.default_rng(6), iterations=200),
+        rel=1e-3,
+    )
 
 
 def funnel_chain(dynamics, name):

@@ -10,6 +10,7 @@ from probes import probe_and_start
 
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Centre
+from pymc_sgmcmc.metric import DenseMetric, DiagonalMetric, IdentityMetric
 from pymc_sgmcmc.samplers.psgld import MEMORY_RELAXATIONS, RMSpropLangevin
 from pymc_sgmcmc.samplers.sghmc import (
     Underdamped,
@@ -20,8 +21,8 @@ from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
-from pymc_sgmcmc.tuning.measure import measure, row_work
-from pymc_sgmcmc.tuning.tuner import _largest_step_size
+from pymc_sgmcmc.tuning.measure import in_coordinates, measure, row_work
+from pymc_sgmcmc.tuning.tuner import _largest_step_size, metric_factor
 
 N_CHAINS = 40_000
 # Monte Carlo sd of a variance estimated from N_CHAINS independent chains.
@@ -500,7 +501,69 @@ def test_noise_estimate_stays_sound_when_dimensions_exceed_samples():
     # With few dimensions the sample covariance is used as it is.
     small = sampled_noise_measurements(4, 256)
     expected = np.linalg.eigvalsh(small.noise_covariance["minibatch"]).max()
-    assert small.noise("minibatch", np.ones(4)) == expected
+    assert small.noise("minibatch", np.ones(4)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_diagonal_metric_s_quantities_match_those_of_its_dense_factor():
+    """A preconditioner given as a vector scales rows and columns (O(D^2)) and finds only the
+    top noise directions; its curvatures, noise and mean square gradient are those of the
+    dense factor ``diag(sqrt(P))``, and the split-sample noise that of every eigenvector."""
+    rng = np.random.default_rng(10)
+    size = 120
+    # Noise of variance 10 along five random directions and 1 elsewhere, from 256 gradients.
+    directions = np.linalg.qr(rng.standard_normal((size, 5)))[0]
+    noise_root = np.eye(size) + (np.sqrt(10.0) - 1.0) * directions @ directions.T
+    gradients = rng.standard_normal((256, size)) @ noise_root
+    halves = np.array([np.cov(half, rowvar=False) for half in (gradients[:128], gradients[128:])])
+    root = rng.standard_normal((size, size)) / np.sqrt(size)
+    draws = rng.standard_normal((400, size)) @ root
+    measurements = replace(
+        sampled_noise_measurements(size, 256),
+        hessian=-(root @ root.T + np.eye(size)),
+        draw_covariance=np.cov(draws, rowvar=False),
+        noise_covariance={"minibatch": halves.mean(axis=0)},
+        noise_halves={"minibatch": halves},
+    )
+    preconditioner = rng.uniform(0.2, 3.0, size)
+    dense = np.diag(np.sqrt(preconditioner))
+    assert measurements.curvatures(preconditioner) == pytest.approx(
+        measurements.curvatures(dense), rel=1e-10
+    )
+    assert measurements.noise("minibatch", preconditioner) == pytest.approx(
+        measurements.noise("minibatch", dense), rel=1e-10
+    )
+    assert measurements.mean_square_gradient("minibatch", preconditioner, 1.0) == pytest.approx(
+        measurements.mean_square_gradient("minibatch", dense, 1.0), rel=1e-10
+    )
+    first, second = (dense @ half @ dense for half in halves)
+    readings = [np.max(np.diag(0.5 * (first + second)))]
+    for find, check in ((first, second), (second, first)):
+        top = np.linalg.eigh(find)[1][:, -5:]
+        readings.extend(np.diag(top.T @ check @ top))
+    found = measurements.noise("minibatch", preconditioner)
+    assert found == pytest.approx(max(readings), rel=1e-10)
+    # On this seed each half's top direction alone reads less than the five: all five count.
+    assert max(readings) > max(readings[5], readings[10])
+
+
+def test_a_diagonal_metric_s_factor_reads_as_its_dense_matrix():
+    """The tuner reads a diagonal metric with a diagonal preconditioner as the vector ``P`` of
+    ``A = diag(sqrt(P))``; a dense metric as its matrix with the preconditioner on its columns."""
+    rng = np.random.default_rng(4)
+    size = 6
+    root = rng.standard_normal((size, size))
+    matrix = root @ root.T
+    scale, preconditioner = rng.uniform(0.5, 2.0, size), rng.uniform(0.5, 2.0, size)
+    dense = np.diag(scale) @ np.diag(np.sqrt(preconditioner))
+    factor = metric_factor(DiagonalMetric(np.zeros(size), scale), preconditioner, size)
+    assert factor.shape == (size,)
+    assert in_coordinates(matrix, factor) == pytest.approx(dense.T @ matrix @ dense, rel=1e-12)
+    assert in_coordinates(matrix, metric_factor(IdentityMetric(), preconditioner, size)) == (
+        pytest.approx(np.diag(np.sqrt(preconditioner)) @ matrix @ np.diag(np.sqrt(preconditioner)))
+    )
+    cholesky = np.linalg.cholesky(matrix)
+    factor = metric_factor(DenseMetric(np.zeros(size), cholesky), preconditioner, size)
+    assert factor == pytest.approx(cholesky @ np.diag(np.sqrt(preconditioner)), rel=1e-12)
 
 
 def rmsprop_inputs(step_size, decay):

@@ -75,8 +75,9 @@ def largest_curvature(
         The compiled gradients; the full data's gradient is used.
     draws : ndarray, shape (n, D)
         Positions in the model's coordinates.
-    factor : ndarray, shape (D, D)
-        ``A`` of the coordinates ``theta = theta_0 + A z``.
+    factor : ndarray, shape (D, D) or (D,)
+        ``A`` of the coordinates ``theta = theta_0 + A z``, or a diagonal
+        preconditioner ``P`` with ``A = diag(sqrt(P))``.
     rng : numpy.random.Generator
         Draws each power iteration's starting direction.
     iterations : int
@@ -120,10 +121,13 @@ def largest_curvature(
 
 def _curvature_product(probe: Probe, draw, factor, direction, step: float) -> np.ndarray:
     """Return ``-A' H A v`` at ``draw``, the full-data gradient differenced over ``step`` sds."""
-    move = step * (factor @ direction)
+    factor = np.asarray(factor, dtype=float)
+    scale = np.sqrt(factor) if factor.ndim == 1 else None
+    move = step * (scale * direction if scale is not None else factor @ direction)
     _, plus, _ = probe.full(draw + move)
     _, minus, _ = probe.full(draw - move)
-    return -factor.T @ (plus - minus) / (2.0 * step)
+    difference = (plus - minus) / (2.0 * step)
+    return -(scale * difference if scale is not None else factor.T @ difference)
 
 
 def tightest_draws(draws: np.ndarray, log_density: np.ndarray, count: int = CURVATURE_DRAWS):

@@ -59,7 +59,6 @@ from scipy.stats import norm
 
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.measure import as_factor
 
 __all__ = ["FALSE_ALARM", "EnergyWindow", "log_density_at_draws", "tempering_sensitivity"]
 
@@ -183,6 +182,10 @@ class EnergyWindow:
         (see the module docstring). Moves within their sampling error count as
         zero, as in :func:`tempering_sensitivity`.
         """
-        in_metric = self.gradients @ as_factor(factor)
+        factor = np.asarray(factor, dtype=float)
+        if factor.ndim == 1:
+            in_metric = self.gradients * np.sqrt(factor)
+        else:
+            in_metric = self.gradients @ factor
         energy = 0.5 * np.sum(in_metric**2, axis=1) / self.temperature
         return tempering_sensitivity(self.draws, energy, self.independent)

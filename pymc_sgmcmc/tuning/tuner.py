@@ -148,8 +148,14 @@ def metric_factor(metric: Metric, preconditioner: np.ndarray, size: int) -> np.n
     """Return ``A`` of the coordinates ``theta = A z`` a chain's dynamics run in.
 
     The metric's factor with the diagonal preconditioner's square root on
-    its columns: curvatures, noise and gradients are read in these.
+    its columns: curvatures, noise and gradients are read in these. Where
+    that ``A`` is diagonal, it is returned as the vector ``P`` of
+    ``A = diag(sqrt(P))``, which the measurements read in O(D^2) instead of
+    the O(D^3) of a dense matrix (:func:`~pymc_sgmcmc.tuning.measure.in_coordinates`).
     """
+    diagonal = metric.diagonal(size)
+    if diagonal is not None:
+        return diagonal**2 * preconditioner
     return metric.factor(size) * np.sqrt(preconditioner)[None, :]
 
 
@@ -450,7 +456,9 @@ def choose_settings(
     # The clip reads the gradient in the metric's coordinates, before any
     # diagonal preconditioner.
     if np.any(preconditioner != 1.0):
-        mean_square = measurements.mean_square_gradient(estimator, metric.factor(size), temperature)
+        mean_square = measurements.mean_square_gradient(
+            estimator, metric_factor(metric, np.ones(size), size), temperature
+        )
     tune_clip = config.tune_clip * np.sqrt(np.sum(mean_square))
     return ChainSettings(
         estimator,
