@@ -286,10 +286,18 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
             on_subsample, position, hessian, config.newton_steps, config.newton_tolerance
         )
         if moved:
-            hessian = estimate_hessian(probe, position, rng, config, search=True)
+            hessian = estimate_hessian(
+                probe, position, rng, config, search=True, scale=hessian_sds(hessian)
+            )
 
     def refresh(point):
-        return estimate_hessian(probe, point, rng, config, search=True)
+        # The last search Hessian's sds set the differencing steps, as they
+        # do for the Hessian at the mode: a pass less per refresh.
+        nonlocal hessian
+        hessian = estimate_hessian(
+            probe, point, rng, config, search=True, scale=hessian_sds(hessian)
+        )
+        return hessian
 
     position, (log_density, gradient, likelihood_gradient), hessian, _ = _newton(
         probe.full, position, hessian, config.newton_steps, config.newton_tolerance, refresh
