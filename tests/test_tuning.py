@@ -21,7 +21,7 @@ from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.schedules import ConstantStepSize
 from pymc_sgmcmc.tuning import Measurements, TuningConfig, UserChoices, choose_settings
 from pymc_sgmcmc.tuning.chain import ChainAdapter, ChainState
-from pymc_sgmcmc.tuning.measure import in_coordinates, measure, row_work
+from pymc_sgmcmc.tuning.measure import FULL_DATA, in_coordinates, measure, row_work
 from pymc_sgmcmc.tuning.tuner import _largest_step_size, metric_factor
 
 N_CHAINS = 40_000
@@ -321,6 +321,27 @@ def test_slow_chains_on_a_skewed_posterior_are_not_advised_a_larger_budget():
     assert "about 8 sd per unit of variance inflation" in warning
     assert "larger bias_budget" in plain_warning
     assert "move the means" not in plain_warning
+
+
+@pytest.mark.parametrize(
+    "dynamics", [Langevin(), RMSpropLangevin()], ids=["exact model", "bounding model"]
+)
+def test_a_skewed_chain_on_the_full_data_is_not_advised_a_larger_batch(dynamics):
+    """On the full data's gradient a larger batch changes nothing; dynamics whose Gaussian
+    model only bounds the inflation are pointed to SGLD and SGHMC, whose full-data chains bound
+    each direction's move of the means at its own inflation."""
+    skewed = replace(gaussian_measurements(noise=2000.0), tempering_sensitivity=8.0)
+    config = TuningConfig(slow_relaxation=10.0)
+    settings = choose_settings(dynamics, skewed, choices(full_data_work=1.0), config)
+    assert settings.estimator == FULL_DATA
+    (warning,) = [message for message in settings.warnings if "decorrelates" in message]
+    assert "about 8 sd per unit of variance inflation" in warning
+    assert "batch_size" not in warning
+    assert ("use SGLD or SGHMC" in warning) == (not dynamics.exact_gaussian_model)
+    on_minibatches = choose_settings(dynamics, skewed, choices(), config)
+    (warning,) = [message for message in on_minibatches.warnings if "decorrelates" in message]
+    assert "use a larger batch_size" in warning
+    assert "use SGLD or SGHMC" not in warning
 
 
 @pytest.mark.parametrize("automatic", [False, True], ids=["given", "automatic"])

@@ -413,6 +413,7 @@ def choose_settings(
                 predicted_relaxation,
                 choices,
                 sampler_name,
+                estimator,
             )
         )
     inflation = per_curvature = np.nan
@@ -478,7 +479,7 @@ def choose_settings(
 
 
 def _slow_warning(
-    dynamics, model, curvatures, budget, step_size, relaxation, choices, sampler_name
+    dynamics, model, curvatures, budget, step_size, relaxation, choices, sampler_name, estimator
 ) -> str:
     """Return the warning for a chain that relaxes over ``relaxation`` inner steps.
 
@@ -489,17 +490,30 @@ def _slow_warning(
     is below the user's, the tune draws' means move by more than one sd per
     unit of variance inflation (a skewed posterior): the inflation allowed
     was cut by that factor, and a larger bias budget would move the means
-    beyond it.
+    beyond it. A chain already on the full data's gradient is not advised a
+    larger batch; one whose dynamics have no exact Gaussian model is pointed
+    to SGLD and SGHMC, whose chains on the full data's gradient bound each
+    direction's move of the means at its own inflation
+    (:mod:`pymc_sgmcmc.tuning.tempering`) instead of every direction's at
+    the stiffest one's.
     """
     slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
     sensitivity = choices.bias_budget / budget
     if sensitivity > 1.0:
+        advice = ["write the model closer to Gaussian (non-centred)"]
+        if estimator != FULL_DATA:
+            advice.append("use a larger batch_size")
+        elif not dynamics.exact_gaussian_model:
+            advice.append(
+                "use SGLD or SGHMC (on the full data's gradient they bound each direction's "
+                "move of the means at its own inflation, which allows larger steps)"
+            )
         return (
             f"{sampler_name}: the tune draws' means move by about {sensitivity:.2g} sd per "
             "unit of variance inflation (a skewed posterior, such as a hierarchical scale over "
             f"many groups written centred), so the steps are cut to {step_size:.3g} and {slow}; "
-            "a larger bias_budget would move the means, so write the model closer to Gaussian "
-            "(non-centred), use a larger batch_size, or sample it with NUTS."
+            f"a larger bias_budget would move the means, so {', '.join(advice)}, or sample it "
+            "with NUTS."
         )
     if step_size >= 0.5 * _largest_step_size(model, curvatures, 0.0, budget):
         spread = curvatures.max() / curvatures.min()
