@@ -17,6 +17,12 @@ from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
 from pymc_sgmcmc.tuning.kinks import with_information
+from pymc_sgmcmc.tuning.sparsity import (
+    HessianPattern,
+    PatternMismatch,
+    hessian_pattern,
+    hessians,
+)
 
 __all__ = ["checked_hessian", "estimate_hessian", "find_mode", "hessian_sds", "relative_error"]
 
@@ -53,10 +59,11 @@ def _higher(probe: Probe, start, end):
     return end
 
 
-def _hessian_rows(probe: Probe, size: int, rng, config: TuningConfig, search: bool):
+def _hessian_rows(probe: Probe, size: int, rng, config: TuningConfig, search: bool, columns=None):
     """Return the rows a Hessian is estimated on, or ``None`` for all rows.
 
-    All rows are used while their number times D stays within
+    All rows are used while their number times the Hessian's gradient
+    differences (``columns``, D without a pattern) stays within
     ``config.hessian_full_work`` (a subsample would miss the rows of small
     groups); otherwise ``config.hessian_rows`` rows drawn at random, or
     ``config.hessian_rows_per_coordinate`` per coordinate if that is more (a
@@ -70,43 +77,71 @@ def _hessian_rows(probe: Probe, size: int, rng, config: TuningConfig, search: bo
     rows = max(config.hessian_rows, config.hessian_rows_per_coordinate * size)
     if n_rows <= rows:
         return None
-    if n_rows * size <= config.hessian_full_work and not (search and n_rows >= 4 * rows):
+    work = n_rows * (size if columns is None else columns)
+    if work <= config.hessian_full_work and not (search and n_rows >= 4 * rows):
         return None
     return rng.choice(n_rows, rows, replace=False)
 
 
-def estimate_hessian(probe: Probe, position, rng, config: TuningConfig, search=False, scale=None):
+def estimate_hessian(
+    probe: Probe, position, rng, config: TuningConfig, search=False, scale=None, pattern=None
+):
     """Estimate the Hessian of the log posterior on all rows, or on one large minibatch.
 
     As :func:`checked_hessian`, without saying whether the likelihood has kinks.
     """
-    return checked_hessian(probe, position, rng, config, search, scale)[0]
+    return checked_hessian(probe, position, rng, config, search, scale, pattern)[0]
 
 
-def checked_hessian(probe: Probe, position, rng, config: TuningConfig, search=False, scale=None):
+def checked_hessian(
+    probe: Probe,
+    position,
+    rng,
+    config: TuningConfig,
+    search=False,
+    scale=None,
+    pattern: HessianPattern | None = None,
+):
     """Return the Hessian of the log posterior and whether the likelihood has kinks.
 
     The Hessian is estimated on all rows, or on one large minibatch. The
     rows are chosen by :func:`_hessian_rows`. The differencing steps are
     1e-3 of each coordinate's sd, taken from ``scale`` (the sds a previous
-    Hessian implied) or else from a first pass with unit-scale steps. A
-    likelihood found to have kinks gets its curvature from the information
-    identity instead (:func:`~pymc_sgmcmc.tuning.kinks.with_information`).
+    Hessian implied) or else from a first pass with unit-scale steps. With a
+    ``pattern`` of its nonzeros, coordinates that never meet are differenced
+    together (:mod:`pymc_sgmcmc.tuning.sparsity`). A likelihood found to
+    have kinks gets its curvature from the information identity instead
+    (:func:`~pymc_sgmcmc.tuning.kinks.with_information`).
     """
-    rows = _hessian_rows(probe, position.size, rng, config, search)
+    if pattern is not None:
+        try:
+            return _checked_hessian(probe, position, rng, config, search, scale, pattern)
+        except PatternMismatch:
+            # A pair the pattern missed meets here: coordinate by coordinate,
+            # on rows chosen for that cost.
+            pass
+    return _checked_hessian(probe, position, rng, config, search, scale, None)
+
+
+def _checked_hessian(probe: Probe, position, rng, config, search, scale, pattern):
+    """Return :func:`checked_hessian`'s result with ``pattern`` (which may raise a mismatch)."""
+    columns = None if pattern is None else pattern.differences
+    rows = _hessian_rows(probe, position.size, rng, config, search, columns)
     indices = np.arange(probe.n_rows) if rows is None else rows
     if scale is None:
         scale = hessian_sds(probe.hessian(position, indices, np.full(position.size, 1e-4)))
     if rows is None or search:
-        hessian, prior_hessian = probe.hessians(position, indices, 1e-3 * scale)
+        hessian, prior_hessian = hessians(probe, position, indices, 1e-3 * scale, pattern)
     else:
         indices, hessian, prior_hessian = _subsample_hessian(
-            probe, position, rows, 1e-3 * scale, rng, config
+            probe, position, rows, 1e-3 * scale, rng, config, pattern
         )
     return with_information(probe, position, indices, scale, hessian, prior_hessian, rng, config)
 
 
-def _subsample_hessian(probe: Probe, position, rows, steps, rng, config: TuningConfig):
+def _subsample_hessian(
+    probe: Probe, position, rows, steps, rng, config: TuningConfig, pattern=None
+):
     """Return the rows, the Hessian and the prior's Hessian, on rows enough for the error.
 
     The Hessian on a random subsample is the mean of those on its two
@@ -117,14 +152,15 @@ def _subsample_hessian(probe: Probe, position, rows, steps, rng, config: TuningC
     ``config.hessian_error`` the subsample grows by the factor
     ``(error / hessian_error)^2`` that Monte Carlo error's ``1/sqrt(rows)``
     asks for (at least doubling), up to all rows, and is checked again; it
-    stays as it is where the rows asked for, times D, exceed
-    ``config.hessian_check_work``.
+    stays as it is where the rows asked for, times the Hessian's gradient
+    differences (D without a ``pattern``), exceed ``config.hessian_check_work``.
     """
     n_rows = probe.n_rows
+    columns = position.size if pattern is None else pattern.differences
     while True:
         half = len(rows) // 2
-        first, prior_hessian = probe.hessians(position, rows[:half], steps)
-        second, _ = probe.hessians(position, rows[half:], steps)
+        first, prior_hessian = hessians(probe, position, rows[:half], steps, pattern)
+        second, _ = hessians(probe, position, rows[half:], steps, pattern)
         weight = half / len(rows)
         hessian = weight * first + (1.0 - weight) * second
         error = relative_error(hessian, 0.5 * (first - second))
@@ -132,11 +168,11 @@ def _subsample_hessian(probe: Probe, position, rows, steps, rng, config: TuningC
             return rows, hessian, prior_hessian
         growth = max(2.0, (error / config.hessian_error) ** 2)
         wanted = min(n_rows, int(np.ceil(growth * len(rows))))
-        if wanted * position.size > config.hessian_check_work:
+        if wanted * columns > config.hessian_check_work:
             return rows, hessian, prior_hessian
         if wanted == n_rows:
             indices = np.arange(n_rows)
-            return (indices, *probe.hessians(position, indices, steps))
+            return (indices, *hessians(probe, position, indices, steps, pattern))
         rows = rng.choice(n_rows, wanted, replace=False)
 
 
@@ -273,6 +309,12 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
     )
     position = _higher(probe, start, position)
     hessian = estimate_hessian(probe, position, rng, config, search=True)
+    # Where D differences on all rows would cost more than a Hessian may,
+    # its exact zeros show which coordinates never meet, and later Hessians
+    # difference those together.
+    pattern = None
+    if probe.n_rows * position.size > config.hessian_full_work and np.all(np.isfinite(hessian)):
+        pattern = hessian_pattern(hessian)
     if probe.n_rows > 4 * config.subsample_rows:
         rows = np.sort(rng.choice(probe.n_rows, config.subsample_rows, replace=False))
 
@@ -287,16 +329,14 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
         )
         if moved:
             hessian = estimate_hessian(
-                probe, position, rng, config, search=True, scale=hessian_sds(hessian)
+                probe, position, rng, config, True, hessian_sds(hessian), pattern
             )
 
     def refresh(point):
         # The last search Hessian's sds set the differencing steps, as they
         # do for the Hessian at the mode: a pass less per refresh.
         nonlocal hessian
-        hessian = estimate_hessian(
-            probe, point, rng, config, search=True, scale=hessian_sds(hessian)
-        )
+        hessian = estimate_hessian(probe, point, rng, config, True, hessian_sds(hessian), pattern)
         return hessian
 
     position, (log_density, gradient, likelihood_gradient), hessian, _ = _newton(
@@ -304,7 +344,9 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
     )
     # The search's Hessian set directions only; the one at the mode is
     # estimated on the final rows, with steps scaled by the search's.
-    hessian, kinked = checked_hessian(probe, position, rng, config, scale=hessian_sds(hessian))
+    hessian, kinked = checked_hessian(
+        probe, position, rng, config, scale=hessian_sds(hessian), pattern=pattern
+    )
     distance = _distance(hessian, gradient)
     quadratic = _quadratic_along_softest(probe, position, log_density, hessian, config)
     if quadratic and not kinked and config.mode_distance < distance < np.inf:
@@ -316,7 +358,7 @@ def find_mode(probe: Probe, position, batch_size, rng, config: TuningConfig | No
         )
         if moved:
             hessian, kinked = checked_hessian(
-                probe, position, rng, config, scale=hessian_sds(hessian)
+                probe, position, rng, config, scale=hessian_sds(hessian), pattern=pattern
             )
             distance = _distance(hessian, gradient)
             quadratic = _quadratic_along_softest(probe, position, log_density, hessian, config)
