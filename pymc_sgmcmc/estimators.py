@@ -540,6 +540,15 @@ class Probe:
         """
         return self.hessians(position, indices, steps)[0]
 
+    def gradient_difference(self, position, indices, offset):
+        """Return the prior's and the likelihood's gradient differences across ``±offset``.
+
+        Both sides read the rows ``indices``, so that the minibatch noise cancels.
+        """
+        _, prior_forward, _, forward = self.terms(position + offset, indices)
+        _, prior_backward, _, backward = self.terms(position - offset, indices)
+        return prior_forward - prior_backward, forward - backward
+
     def hessians(self, position, indices, steps):
         """Return the Hessians of the minibatch log density and of the log prior alone.
 
@@ -549,10 +558,9 @@ class Probe:
         for j, step in enumerate(steps):
             offset = np.zeros_like(position)
             offset[j] = step
-            _, prior_forward, _, forward = self.terms(position + offset, indices)
-            _, prior_backward, _, backward = self.terms(position - offset, indices)
-            prior_columns.append((prior_forward - prior_backward) / (2.0 * step))
-            columns.append(prior_columns[-1] + (forward - backward) / (2.0 * step))
+            prior, likelihood = self.gradient_difference(position, indices, offset)
+            prior_columns.append(prior / (2.0 * step))
+            columns.append(prior_columns[-1] + likelihood / (2.0 * step))
         return tuple(
             0.5 * (matrix + matrix.T)
             for matrix in (np.stack(columns, axis=1), np.stack(prior_columns, axis=1))

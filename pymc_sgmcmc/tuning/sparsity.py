@@ -108,10 +108,8 @@ def hessian_pattern(hessian) -> HessianPattern | None:
 
 def _difference(probe: Probe, position, indices, offset):
     """Return the log density's and the log prior's gradient differences along ``offset``."""
-    _, prior_forward, _, forward = probe.terms(position + offset, indices)
-    _, prior_backward, _, backward = probe.terms(position - offset, indices)
-    prior = prior_forward - prior_backward
-    return prior + (forward - backward), prior
+    prior, likelihood = probe.gradient_difference(position, indices, offset)
+    return prior + likelihood, prior
 
 
 def _patterned(probe: Probe, position, indices, steps, pattern: HessianPattern):
