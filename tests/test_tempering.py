@@ -105,16 +105,20 @@ def test_the_subsample_log_density_gives_the_full_datas_sensitivity():
     assert difference < 0.25 * sampling_error
 
 
-@pytest.mark.parametrize("sensitivity", [0.5, 4.0])
+@pytest.mark.parametrize("sensitivity", [0.25, 0.75, 4.0])
 def test_the_tuner_keeps_the_predicted_move_of_the_means_within_the_budget(sensitivity):
+    """The means move by at most the budget's share for them, half of it, in sds: a
+    sensitivity below a half leaves the inflation at the budget, one above cuts it."""
+    share = TuningConfig().mean_share
+    assert share == 0.5
     measurements = gaussian_measurements(noise=20.0)
     plain = choose_settings(Langevin(), measurements, choices())
     measurements.tempering_sensitivity = sensitivity
     settings = choose_settings(Langevin(), measurements, choices())
     assert plain.predicted_inflation == pytest.approx(0.05, rel=1e-6)
-    expected = 0.05 / max(1.0, sensitivity)
+    expected = 0.05 / max(1.0, sensitivity / share)
     assert settings.predicted_inflation == pytest.approx(expected, rel=1e-6)
-    assert settings.predicted_inflation * sensitivity <= 0.05 * (1 + 1e-6)
+    assert settings.predicted_inflation * sensitivity <= share * 0.05 * (1 + 1e-6)
 
 
 def euler_maruyama_stationary_law(grid, gradient, step):
@@ -180,25 +184,27 @@ def energy_window_of_sensitivity(sensitivity, size=2, n_draws=4000):
     return EnergyWindow(draws, gradients, independent=n_draws)
 
 
-@pytest.mark.parametrize("sensitivity", [0.5, 4.0])
+@pytest.mark.parametrize("sensitivity", [0.25, 4.0])
 def test_a_full_data_step_keeps_its_predicted_move_of_the_means_within_the_budget(sensitivity):
     """Full-data settings on a Gaussian picture of curvature 1, with a tempering sensitivity
-    of 8 that would cut the inflation 8 times. With a window's gradients the step is bound by
-    its own move, ``max_a eps(a) / a`` times the window's sensitivity: within the budget, and
-    at it where the move binds (a sensitivity above the curvature)."""
+    of 8 that would cut the inflation 16 times (the means' share of the budget is a half).
+    With a window's gradients the step is bound by its own move, ``max_a eps(a) / a`` times
+    the window's sensitivity: within the means' share of the budget, and at it where the move
+    binds (a sensitivity above the share times the curvature)."""
+    share = TuningConfig().mean_share
     measurements = replace(gaussian_measurements(noise=20.0), tempering_sensitivity=8.0)
     automatic = choices(full_data_work=0.01)
     tempered = choose_settings(Langevin(), measurements, automatic)
     assert tempered.estimator == FULL_DATA
-    assert tempered.predicted_inflation == pytest.approx(0.05 / 8, rel=1e-6)
+    assert tempered.predicted_inflation == pytest.approx(0.05 * share / 8, rel=1e-6)
     window = energy_window_of_sensitivity(sensitivity)
     settings = choose_settings(Langevin(), replace(measurements, energy_window=window), automatic)
     read = window.sensitivity(np.ones(2))
     assert read == pytest.approx(sensitivity, rel=0.1)
     move = settings.inflation_per_curvature * read
-    assert move <= 0.05 * (1 + 1e-6)
-    if read > 1.0:
-        assert move == pytest.approx(0.05, rel=1e-6)
+    assert move <= share * 0.05 * (1 + 1e-6)
+    if read > share:
+        assert move == pytest.approx(share * 0.05, rel=1e-6)
     else:
         assert settings.predicted_inflation == pytest.approx(0.05, rel=1e-6)
 

@@ -478,7 +478,7 @@ class ChainAdapter(Travel):
         measurements = chain.measurements
         if sensitivity > measurements.tempering_sensitivity:
             measurements = replace(measurements, tempering_sensitivity=sensitivity)
-        budget = self.choices.bias_budget
+        budget = self.tuning.mean_share * self.choices.bias_budget
         if bounds_move:
             window = EnergyWindow(draws, gradients, counted, temperature)
             factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])

@@ -134,6 +134,12 @@ class TuningConfig:
         overflow; at stationarity the norm lies within a few times its root
         mean square, so the clip leaves such draws alone. Draws after tune are
         clipped only at the step method's ``clip_gradient``.
+    mean_share : float
+        Share of the bias budget that the step may move each posterior mean
+        by, in posterior sds. A variance inflated by the budget moves the sds
+        by half of it, so the means are held to the same half: the bias then
+        takes the same share of the accuracy bar on both (0.1 sd on means,
+        10% on sds), and leaves the rest to the Monte Carlo error of a run.
     travel_budget, travel_shift : float
         Bias budget of the first tune window of a chain that relaxes slowly at
         its mode: larger steps take it to where the posterior's mass is, where
@@ -234,6 +240,7 @@ class TuningConfig:
     slowness_threshold: float = 3.0
     slow_relaxation: float = 500.0
     tune_clip: float = 10.0
+    mean_share: float = 0.5
     travel_budget: float = 1.0
     travel_shift: float = 3.0
     second_order_linearity: float = 0.1

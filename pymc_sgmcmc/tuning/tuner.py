@@ -319,8 +319,10 @@ def choose_settings(
     given = choices.step_size
     constant = given.value if isinstance(given, ConstantStepSize) else None
     # The inflation allowed also moves skewed posteriors' means, by the
-    # tempering sensitivity per unit of inflation: both stay within the budget.
-    budget = choices.bias_budget / max(1.0, measurements.tempering_sensitivity)
+    # tempering sensitivity per unit of inflation: the move stays within the
+    # budget's share for the means (config.mean_share), in sds.
+    share = config.mean_share
+    budget = choices.bias_budget / max(1.0, measurements.tempering_sensitivity / share)
     energy = measurements.energy_window
 
     candidates = []
@@ -349,7 +351,10 @@ def choose_settings(
             # the inflation must be the chain's exact stationary one.
             limit, sensitivity = budget, 0.0
             if estimator == FULL_DATA and energy is not None and dynamics.exact_gaussian_model:
-                limit, sensitivity = choices.bias_budget, energy.sensitivity(factor)
+                limit, sensitivity = (
+                    choices.bias_budget,
+                    energy.sensitivity(factor) / share,
+                )
             tuned = _largest_step_size(model, curvatures, noise / temperature, limit, sensitivity)
             step_size = constant or tuned
             relaxation = max(
@@ -414,6 +419,7 @@ def choose_settings(
                 choices,
                 sampler_name,
                 estimator,
+                share,
             )
         )
     inflation = per_curvature = np.nan
@@ -479,7 +485,16 @@ def choose_settings(
 
 
 def _slow_warning(
-    dynamics, model, curvatures, budget, step_size, relaxation, choices, sampler_name, estimator
+    dynamics,
+    model,
+    curvatures,
+    budget,
+    step_size,
+    relaxation,
+    choices,
+    sampler_name,
+    estimator,
+    share,
 ) -> str:
     """Return the warning for a chain that relaxes over ``relaxation`` inner steps.
 
@@ -487,19 +502,20 @@ def _slow_warning(
     large, the spread of the curvatures, not the noise, keeps the steps
     small: a larger batch or a control variate would not shorten the
     relaxation, a posterior whose scales are closer would. Where ``budget``
-    is below the user's, the tune draws' means move by more than one sd per
-    unit of variance inflation (a skewed posterior): the inflation allowed
-    was cut by that factor, and a larger bias budget would move the means
-    beyond it. A chain already on the full data's gradient is not advised a
-    larger batch; one whose dynamics have no exact Gaussian model is pointed
-    to SGLD and SGHMC, whose chains on the full data's gradient bound each
-    direction's move of the means at its own inflation
-    (:mod:`pymc_sgmcmc.tuning.tempering`) instead of every direction's at
-    the stiffest one's.
+    is below the user's, the tune draws' means move by more than ``share``
+    sd per unit of variance inflation (a skewed posterior): the inflation
+    allowed was cut to keep that move within ``share`` of the budget, and a
+    larger bias budget would move the means beyond it. A chain already on
+    the full data's gradient is not advised a larger batch; one whose
+    dynamics have no exact Gaussian model is pointed to SGLD and SGHMC,
+    whose chains on the full data's gradient bound each direction's move of
+    the means at its own inflation (:mod:`pymc_sgmcmc.tuning.tempering`)
+    instead of every direction's at the stiffest one's.
     """
     slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
-    sensitivity = choices.bias_budget / budget
-    if sensitivity > 1.0:
+    cut = choices.bias_budget / budget
+    if cut > 1.0:
+        sensitivity = cut * share
         advice = ["write the model closer to Gaussian (non-centred)"]
         if estimator != FULL_DATA:
             advice.append("use a larger batch_size")
