@@ -17,6 +17,7 @@ from pymc_sgmcmc.tuning.tempering import (
     FALSE_ALARM,
     EnergyWindow,
     log_density_at_draws,
+    moving_coordinates,
     tempering_sensitivity,
 )
 from tests.test_tuning import choices, gaussian_measurements
@@ -221,3 +222,39 @@ def test_a_dynamics_whose_gaussian_model_is_a_bound_keeps_temperings_cut():
     settings = choose_settings(dynamics, replace(measurements, energy_window=window), automatic)
     assert tempered.estimator == settings.estimator == FULL_DATA
     assert settings.step_size == tempered.step_size
+
+
+def test_a_coordinate_seen_moving_counts_its_energy_move_as_estimated():
+    """A window of 100 independent draws of 63 coordinates whose energy rises along the first
+    by 3 sds per unit, under noise of sd 20 (a metric that misses the curvature at the
+    draws). The Bonferroni threshold of 63 coordinates hides the move; where the log
+    density's test marked the coordinate moving, its estimate counts. Marking another
+    coordinate instead (negative control) reads that one's estimate and leaves the first
+    hidden.
+    """
+    rng = np.random.default_rng(3)
+    size, n_draws = 63, 100
+    draws = rng.standard_normal((n_draws, size))
+    energy = 3.0 * draws[:, 0] + 20.0 * rng.standard_normal(n_draws) + 200.0
+    gradients = np.zeros_like(draws)
+    gradients[:, 0] = np.sqrt(2 * energy)
+    window = EnergyWindow(draws, gradients, independent=n_draws)
+    products = (draws - draws.mean(axis=0)) * (energy - energy.mean())[:, None]
+    estimates = np.abs(products.mean(axis=0)) / draws.std(axis=0)
+    assert estimates[0] > 1.5
+    assert window.sensitivity(np.ones(size)) == 0.0
+    first = np.zeros(size, dtype=bool)
+    first[0] = True
+    assert window.sensitivity(np.ones(size), first) == pytest.approx(estimates[0])
+    other = np.roll(first, 1)
+    assert window.sensitivity(np.ones(size), other) == pytest.approx(estimates[1])
+    assert estimates[1] != pytest.approx(estimates[0])
+
+
+def test_the_moving_coordinates_are_those_whose_tempering_move_stands_out():
+    """Gamma(3) beside nine normals: only the Gamma coordinate is marked, and nothing is with
+    fewer than 10 independent draws, as the sensitivity reads."""
+    draws, log_density = gamma_and_normals(3.0, 9, 4000, seed=6)
+    moving = moving_coordinates(draws, log_density, independent=4000)
+    assert moving.tolist() == [True] + [False] * 9
+    assert not moving_coordinates(draws, log_density, independent=5).any()

@@ -36,6 +36,7 @@ from pymc_sgmcmc.tuning.state import ChainState
 from pymc_sgmcmc.tuning.tempering import (
     EnergyWindow,
     log_density_at_draws,
+    moving_coordinates,
     tempering_sensitivity,
 )
 from pymc_sgmcmc.tuning.travel import Travel
@@ -478,13 +479,18 @@ class ChainAdapter(Travel):
         measurements = chain.measurements
         if sensitivity > measurements.tempering_sensitivity:
             measurements = replace(measurements, tempering_sensitivity=sensitivity)
+        moving = moving_coordinates(draws, log_density, counted)
+        if moving.any():
+            if measurements.moving is not None:
+                moving = moving | measurements.moving
+            measurements = replace(measurements, moving=moving)
         budget = self.tuning.mean_share * self.choices.bias_budget
         if bounds_move:
             window = EnergyWindow(draws, gradients, counted, temperature)
             factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])
-            energy = window.sensitivity(factor)
+            energy = window.sensitivity(factor, measurements.moving)
             kept = measurements.energy_window
-            if kept is not None and kept.sensitivity(factor) > energy:
+            if kept is not None and kept.sensitivity(factor, measurements.moving) > energy:
                 chain.measurements = measurements
                 return False
             chain.measurements = replace(measurements, energy_window=window)

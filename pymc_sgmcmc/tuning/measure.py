@@ -76,6 +76,10 @@ class Measurements:
         The largest move of a posterior mean, in posterior sds, per unit of
         variance inflation, estimated from tune draws
         (:mod:`pymc_sgmcmc.tuning.tempering`); 0 until a window has measured it.
+    moving : ndarray of bool or None
+        The coordinates whose means a tune window found moving under
+        tempering (:func:`~pymc_sgmcmc.tuning.tempering.moving_coordinates`),
+        in any window so far; ``None`` until a window has shown one.
     energy_window : EnergyWindow or None
         The draws and gradients of the tune window on the full data's gradient
         that showed the largest move of the means per unit of ``eps(a) / a``
@@ -117,6 +121,7 @@ class Measurements:
     noise_halves: dict | None = None
     noise_samples: int = 0
     tempering_sensitivity: float = 0.0
+    moving: np.ndarray | None = None
     energy_window: object = None
     at_start: bool = False
     full_batches: bool = False

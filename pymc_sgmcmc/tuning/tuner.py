@@ -353,7 +353,7 @@ def choose_settings(
             if estimator == FULL_DATA and energy is not None and dynamics.exact_gaussian_model:
                 limit, sensitivity = (
                     choices.bias_budget,
-                    energy.sensitivity(factor) / share,
+                    energy.sensitivity(factor, measurements.moving) / share,
                 )
             tuned = _largest_step_size(model, curvatures, noise / temperature, limit, sensitivity)
             step_size = constant or tuned
