@@ -10,6 +10,7 @@ from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.panel import logistic_regression
 from pymc_sgmcmc.samplers.cyclical import CyclicalLangevin
+from pymc_sgmcmc.samplers.psgld import RMSpropLangevin
 from pymc_sgmcmc.samplers.sgld import Langevin, langevin_variance_inflation
 from pymc_sgmcmc.tuning import TuningConfig, choose_settings
 from pymc_sgmcmc.tuning.measure import FULL_DATA, laplace
@@ -20,6 +21,7 @@ from pymc_sgmcmc.tuning.tempering import (
     moving_coordinates,
     tempering_sensitivity,
 )
+from pymc_sgmcmc.tuning.tuner import mean_share
 from tests.test_tuning import choices, gaussian_measurements
 
 
@@ -258,3 +260,16 @@ def test_the_moving_coordinates_are_those_whose_tempering_move_stands_out():
     moving = moving_coordinates(draws, log_density, independent=4000)
     assert moving.tolist() == [True] + [False] * 9
     assert not moving_coordinates(draws, log_density, independent=5).any()
+
+
+def test_dynamics_whose_model_bounds_the_inflation_let_the_means_take_the_whole_budget():
+    """pSGLD's Gaussian model bounds its inflation from above, so tempering's predicted move
+    already exceeds its chain's: the means may move by the whole budget, not half of it as
+    with SGLD's exact model."""
+    measurements = replace(gaussian_measurements(noise=20.0), tempering_sensitivity=4.0)
+    exact = choose_settings(Langevin(), measurements, choices())
+    bounded = choose_settings(RMSpropLangevin(), measurements, choices())
+    assert mean_share(Langevin(), TuningConfig()) == 0.5
+    assert mean_share(RMSpropLangevin(), TuningConfig()) == 1.0
+    assert exact.predicted_inflation == pytest.approx(0.5 * 0.05 / 4.0, rel=1e-6)
+    assert bounded.predicted_inflation == pytest.approx(0.05 / 4.0, rel=1e-6)

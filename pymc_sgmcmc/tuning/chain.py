@@ -46,6 +46,7 @@ from pymc_sgmcmc.tuning.tuner import (
     choose_settings,
     fixed_settings,
     gradient_work,
+    mean_share,
     metric_factor,
 )
 from pymc_sgmcmc.tuning.windows import (
@@ -484,7 +485,7 @@ class ChainAdapter(Travel):
             if measurements.moving is not None:
                 moving = moving | measurements.moving
             measurements = replace(measurements, moving=moving)
-        budget = self.tuning.mean_share * self.choices.bias_budget
+        budget = mean_share(self.dynamics, self.tuning) * self.choices.bias_budget
         if bounds_move:
             window = EnergyWindow(draws, gradients, counted, temperature)
             factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])

@@ -136,10 +136,12 @@ class TuningConfig:
         clipped only at the step method's ``clip_gradient``.
     mean_share : float
         Share of the bias budget that the step may move each posterior mean
-        by, in posterior sds. A variance inflated by the budget moves the sds
-        by half of it, so the means are held to the same half: the bias then
-        takes the same share of the accuracy bar on both (0.1 sd on means,
-        10% on sds), and leaves the rest to the Monte Carlo error of a run.
+        by, in posterior sds, for dynamics whose Gaussian model is their
+        exact stationary law (:func:`~pymc_sgmcmc.tuning.tuner.mean_share`).
+        A variance inflated by the budget moves the sds by half of it, so the
+        means are held to the same half: the bias then takes the same share
+        of the accuracy bar on both (0.1 sd on means, 10% on sds), and leaves
+        the rest to the Monte Carlo error of a run.
     travel_budget, travel_shift : float
         Bias budget of the first tune window of a chain that relaxes slowly at
         its mode: larger steps take it to where the posterior's mass is, where

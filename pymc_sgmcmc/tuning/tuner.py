@@ -42,6 +42,7 @@ __all__ = [
     "choose_settings",
     "fixed_settings",
     "gradient_work",
+    "mean_share",
     "metric_factor",
 ]
 
@@ -320,8 +321,8 @@ def choose_settings(
     constant = given.value if isinstance(given, ConstantStepSize) else None
     # The inflation allowed also moves skewed posteriors' means, by the
     # tempering sensitivity per unit of inflation: the move stays within the
-    # budget's share for the means (config.mean_share), in sds.
-    share = config.mean_share
+    # budget's share for the means (mean_share), in sds.
+    share = mean_share(dynamics, config)
     budget = choices.bias_budget / max(1.0, measurements.tempering_sensitivity / share)
     energy = measurements.energy_window
 
@@ -482,6 +483,18 @@ def choose_settings(
         float(tune_clip) if tune_clip > 0 else np.inf,
         float(per_curvature),
     )
+
+
+def mean_share(dynamics: Dynamics, config: TuningConfig) -> float:
+    """Return the share of the bias budget by which the step may move the means, in sds.
+
+    ``config.mean_share`` for dynamics whose Gaussian model is their exact
+    stationary law (SGLD's, SGHMC's). The others' models bound the inflation
+    from above (pSGLD's, for one, by a floor that its preconditioner's noise
+    sets whatever the step), so the move predicted from that bound exceeds
+    the chain's own, and the means may take the whole budget.
+    """
+    return config.mean_share if dynamics.exact_gaussian_model else 1.0
 
 
 def _slow_warning(
