@@ -12,6 +12,9 @@ posteriors. Each builder here stresses one thing those lack:
   covariate whose rare levels have a handful of events or none.
 - :func:`radon_like`: a funnel and unbalanced groups. A hierarchical model
   with groups of 2 to several hundred rows, written centred or non-centred.
+- :func:`poisson_glmm`: a hierarchical scale behind a log link. Group
+  intercepts of a Poisson regression, non-centred, whose scale's mean moves
+  by several of its sds under tempering.
 - :func:`many_groups_regression`: dimension. A hierarchical regression with
   1,000 group intercepts (D = 1,004) and a million rows.
 - :func:`median_regression`: kinks. A Laplace likelihood, piecewise linear
@@ -44,6 +47,7 @@ __all__ = [
     "many_groups_reference",
     "many_groups_regression",
     "median_regression",
+    "poisson_glmm",
     "poisson_regression",
     "polynomial_regression",
     "posterior_correlation_condition",
@@ -487,3 +491,40 @@ def eight_schools() -> PanelModel:
         z = pm.Normal("z", 0.0, 1.0, shape=8)
         pm.Normal("y", mu + tau * z, EIGHT_SCHOOLS_ERRORS, observed=EIGHT_SCHOOLS_EFFECTS)
     return PanelModel("eight schools, non-centred", model, 8, key={"model": "eight-schools"})
+
+
+def poisson_glmm(n_groups=60, seed=24) -> PanelModel:
+    """Varying-intercept Poisson regression, non-centred, with unbalanced groups.
+
+    ``y_i ~ Poisson(exp(mu + tau z[g_i] + beta x_i))``, ``z_g ~ N(0, 1)``,
+    ``mu, beta ~ N(0, 1)``, ``tau ~ HalfNormal(1)``, with group sizes drawn
+    from 3 to 199 rows (9 to 196, N = 6,181 at the defaults), a standard
+    normal covariate and
+    true values ``mu = 0.3``, ``tau = 0.4``, ``beta = 0.25``. The group of each
+    row is a ``pm.Data`` index. The large groups fix their intercepts, so
+    ``tau`` and the ``z_g`` lie on a curved ridge (``z_g`` near
+    ``alpha_g / tau``); tempering moves ``tau``'s mean by several of its sds
+    per unit of variance inflation. D = n_groups + 3.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(3, 200, size=n_groups)
+    group = np.repeat(np.arange(n_groups), sizes)
+    x = rng.normal(size=group.size)
+    effects = rng.normal(0.0, 0.4, size=n_groups)
+    y = rng.poisson(np.exp(0.3 + effects[group] + 0.25 * x))
+    with pm.Model(coords={"group": np.arange(n_groups)}) as model:
+        group_index = pm.Data("group_index", group)
+        mu = pm.Normal("mu", 0.0, 1.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, dims="group")
+        beta = pm.Normal("beta", 0.0, 1.0)
+        pm.Poisson("y", pm.math.exp(mu + tau * z[group_index] + beta * x), observed=y)
+    key = {"model": "poisson_glmm", "n_rows": group.size, "n_groups": n_groups, "seed": seed}
+    truth = {"mu": np.array(0.3), "tau": np.array(0.4), "beta": np.array(0.25)}
+    return PanelModel(
+        f"Poisson GLMM, non-centred N={group.size} G={n_groups}",
+        model,
+        group.size,
+        truth=truth,
+        key=key,
+    )

@@ -12,6 +12,7 @@ from pymc_sgmcmc.real_posteriors import (
     many_groups_regression,
     median_regression,
     median_regression_moments,
+    poisson_glmm,
     poisson_regression,
     polynomial_regression,
     posterior_correlation_condition,
@@ -49,6 +50,7 @@ BUILDERS = {
         "group_index",
     ),
     "median": (median_regression, {"coefficients"}, 2, None),
+    "poisson_glmm": (poisson_glmm, {"mu", "tau", "z", "beta"}, 63, "group_index"),
     "many_groups": (
         many_groups_regression,
         {"mu", "tau", "intercept", "beta", "sigma"},
@@ -89,6 +91,15 @@ def test_radon_like_groups_are_unbalanced_and_keyed_by_form():
     np.testing.assert_array_equal(
         slopes.model["group_index"].get_value(), centred.model["group_index"].get_value()
     )
+
+
+def test_poisson_glmm_groups_are_unbalanced_and_gathered_by_a_pm_data_index():
+    panel = poisson_glmm()
+    index = panel.model["group_index"]
+    assert isinstance(index, SharedVariable)
+    sizes = np.bincount(index.get_value(), minlength=60)
+    assert sizes.min() < 10 and sizes.max() > 190
+    assert panel.n_rows == sizes.sum() == 6181
 
 
 def test_poisson_regression_has_levels_with_a_handful_of_events():
