@@ -159,8 +159,10 @@ class StochasticGradientStep(ArrayStepShared):
         Largest predicted relative inflation of the posterior variance
         (0.05: about 2.5% on the sds) from discretisation and gradient noise,
         and, once the tune draws have shown how far that inflation moves the
-        posterior means of a skewed posterior, largest predicted move of a
-        mean in posterior sds.
+        posterior means of a skewed posterior, twice the largest predicted
+        move of a mean in posterior sds (0.05: 0.025 sd, as on the sds; the
+        whole budget for samplers whose model bounds the inflation, see
+        :func:`pymc_sgmcmc.tuning.tuner.mean_share`).
     clip_gradient : float, optional
         Clip the gradient estimate to this Euclidean norm, in the coordinates
         the chain samples in (with the default metric, coordinates in which
