@@ -420,7 +420,7 @@ def choose_settings(
                 choices,
                 sampler_name,
                 estimator,
-                share,
+                measurements.tempering_sensitivity,
             )
         )
     inflation = per_curvature = np.nan
@@ -507,7 +507,7 @@ def _slow_warning(
     choices,
     sampler_name,
     estimator,
-    share,
+    sensitivity,
 ) -> str:
     """Return the warning for a chain that relaxes over ``relaxation`` inner steps.
 
@@ -515,10 +515,11 @@ def _slow_warning(
     large, the spread of the curvatures, not the noise, keeps the steps
     small: a larger batch or a control variate would not shorten the
     relaxation, a posterior whose scales are closer would. Where ``budget``
-    is below the user's, the tune draws' means move by more than ``share``
-    sd per unit of variance inflation (a skewed posterior): the inflation
-    allowed was cut to keep that move within ``share`` of the budget, and a
-    larger bias budget would move the means beyond it. A chain already on
+    is below the user's, the tune draws' means move by ``sensitivity`` sds
+    per unit of variance inflation (a skewed posterior): the inflation
+    allowed was cut to keep that move within the means' share of the budget
+    (:func:`mean_share`), and a larger bias budget would move the means
+    beyond it. A chain already on
     the full data's gradient is not advised a larger batch; one whose
     dynamics have no exact Gaussian model is pointed to SGLD and SGHMC,
     whose chains on the full data's gradient bound each direction's move of
@@ -526,9 +527,7 @@ def _slow_warning(
     instead of every direction's at the stiffest one's.
     """
     slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
-    cut = choices.bias_budget / budget
-    if cut > 1.0:
-        sensitivity = cut * share
+    if budget < choices.bias_budget:
         advice = ["write the model closer to Gaussian (non-centred)"]
         if estimator != FULL_DATA:
             advice.append("use a larger batch_size")
