@@ -18,7 +18,7 @@ from pymc_sgmcmc.tuning.tempering import (
     FALSE_ALARM,
     EnergyWindow,
     log_density_at_draws,
-    moving_coordinates,
+    tempering_moves,
     tempering_sensitivity,
 )
 from pymc_sgmcmc.tuning.tuner import mean_share
@@ -257,9 +257,9 @@ def test_the_moving_coordinates_are_those_whose_tempering_move_stands_out():
     """Gamma(3) beside nine normals: only the Gamma coordinate is marked, and nothing is with
     fewer than 10 independent draws, as the sensitivity reads."""
     draws, log_density = gamma_and_normals(3.0, 9, 4000, seed=6)
-    moving = moving_coordinates(draws, log_density, independent=4000)
+    moving = tempering_moves(draws, log_density, independent=4000) > 0
     assert moving.tolist() == [True] + [False] * 9
-    assert not moving_coordinates(draws, log_density, independent=5).any()
+    assert not (tempering_moves(draws, log_density, independent=5) > 0).any()
 
 
 def test_dynamics_whose_model_bounds_the_inflation_let_the_means_take_the_whole_budget():

@@ -36,8 +36,7 @@ from pymc_sgmcmc.tuning.state import ChainState
 from pymc_sgmcmc.tuning.tempering import (
     EnergyWindow,
     log_density_at_draws,
-    moving_coordinates,
-    tempering_sensitivity,
+    tempering_moves,
 )
 from pymc_sgmcmc.tuning.travel import Travel
 from pymc_sgmcmc.tuning.tuner import (
@@ -476,11 +475,12 @@ class ChainAdapter(Travel):
         log_density, gradients = terms if bounds_move else (terms, None)
         measured = decorrelated_draws(np.column_stack([draws, log_density]))
         counted = max(independent, measured)
-        sensitivity = tempering_sensitivity(draws, log_density, counted)
+        moves = tempering_moves(draws, log_density, counted)
+        sensitivity = float(moves.max())
         measurements = chain.measurements
         if sensitivity > measurements.tempering_sensitivity:
             measurements = replace(measurements, tempering_sensitivity=sensitivity)
-        moving = moving_coordinates(draws, log_density, counted)
+        moving = moves > 0
         if moving.any():
             if measurements.moving is not None:
                 moving = moving | measurements.moving

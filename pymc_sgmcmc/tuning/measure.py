@@ -78,7 +78,7 @@ class Measurements:
         (:mod:`pymc_sgmcmc.tuning.tempering`); 0 until a window has measured it.
     moving : ndarray of bool or None
         The coordinates whose means a tune window found moving under
-        tempering (:func:`~pymc_sgmcmc.tuning.tempering.moving_coordinates`),
+        tempering (nonzero :func:`~pymc_sgmcmc.tuning.tempering.tempering_moves`),
         in any window so far; ``None`` until a window has shown one.
     energy_window : EnergyWindow or None
         The draws and gradients of the tune window on the full data's gradient

@@ -64,7 +64,7 @@ __all__ = [
     "FALSE_ALARM",
     "EnergyWindow",
     "log_density_at_draws",
-    "moving_coordinates",
+    "tempering_moves",
     "tempering_sensitivity",
 ]
 
@@ -127,17 +127,19 @@ def _moves(draws: np.ndarray, values: np.ndarray, independent: float):
     return moves, error * norm.isf(FALSE_ALARM / (2.0 * draws.shape[1]))
 
 
-def moving_coordinates(draws: np.ndarray, log_density: np.ndarray, independent: float):
-    """Return the coordinates whose move under tempering stands out, as a boolean mask.
+def tempering_moves(draws: np.ndarray, log_density: np.ndarray, independent: float):
+    """Return each coordinate's move per unit of variance inflation, in sds, where it stands out.
 
-    The test of :func:`tempering_sensitivity`: all ``False`` below 10
+    The estimates and the test of :func:`tempering_sensitivity`, which is
+    their largest: a move that does not stand out reads 0, so the nonzero
+    ones are the coordinates a window shows moving. All zero below 10
     independent draws.
     """
     draws = np.asarray(draws, dtype=float)
     if independent < 10:
-        return np.zeros(draws.shape[1], dtype=bool)
+        return np.zeros(draws.shape[1])
     moves, threshold = _moves(draws, np.asarray(log_density, dtype=float), independent)
-    return moves > threshold
+    return np.where(moves > threshold, moves, 0.0)
 
 
 def tempering_sensitivity(draws: np.ndarray, log_density: np.ndarray, independent: float) -> float:
@@ -168,12 +170,7 @@ def tempering_sensitivity(draws: np.ndarray, log_density: np.ndarray, independen
     float
         0 where no coordinate's move stands out from the sampling error.
     """
-    draws = np.asarray(draws, dtype=float)
-    if independent < 10:
-        return 0.0
-    moves, threshold = _moves(draws, np.asarray(log_density, dtype=float), independent)
-    significant = moves[moves > threshold]
-    return float(significant.max()) if significant.size else 0.0
+    return float(tempering_moves(draws, log_density, independent).max())
 
 
 @dataclass(frozen=True)
@@ -205,7 +202,7 @@ class EnergyWindow:
         ``eps(a)`` moves each mean by about ``eps(a) / a`` times this, in sds
         (see the module docstring). Moves within their sampling error count as
         zero, as in :func:`tempering_sensitivity`, except on the coordinates
-        ``moving`` (a boolean mask, :func:`moving_coordinates`): a window's
+        ``moving`` (a boolean mask, nonzero :func:`tempering_moves`): a window's
         log density showed those means moving already, so their estimates
         count as they are. The energy spreads more widely than the log
         density where the metric misses the curvature at the draws, and a
