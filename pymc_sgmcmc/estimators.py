@@ -57,6 +57,7 @@ from pymc_sgmcmc.cluster import ClusterPasses
 from pymc_sgmcmc.compiling import compile_function
 from pymc_sgmcmc.direct import direct_call
 from pymc_sgmcmc.disk_rows import PIECE_ROWS, PageRelease, is_run
+from pymc_sgmcmc.exact_hessian import ExactHessian
 from pymc_sgmcmc.minibatch import MinibatchLogDensity
 from pymc_sgmcmc.operations import row_operations
 
@@ -285,6 +286,7 @@ class Probe:
         # step methods can they give the control variate's centre term.
         self._control_variate_from_terms = not density.other_blocks
         self._hessian_product = None
+        self._exact_hessian = ExactHessian(density)
         self.cluster = cluster
 
     def __reduce__(self):
@@ -539,6 +541,25 @@ class Probe:
         coordinate ``j``; symmetrised.
         """
         return self.hessians(position, indices, steps)[0]
+
+    def exact_hessians(self, position, indices):
+        """Return the Hessians of the minibatch log density and of the log prior, exactly.
+
+        As :meth:`hessians`, from second derivatives instead of differences
+        (:class:`~pymc_sgmcmc.exact_hessian.ExactHessian`), in pieces of at
+        most :attr:`piece_rows` rows; ``None`` where the model's graph cannot
+        be differentiated twice.
+        """
+        piece_rows = self.piece_rows
+        if self.pages.active and not is_run(indices):
+            piece_rows = min(piece_rows, PIECE_ROWS)
+        self.pages.read(indices)
+        return self._exact_hessian(position, indices, piece_rows)
+
+    @property
+    def exact_hessian_available(self) -> bool:
+        """Whether :meth:`exact_hessians` has not been found unable to differentiate twice."""
+        return self._exact_hessian.available
 
     def gradient_difference(self, position, indices, offset):
         """Return the prior's and the likelihood's gradient differences across ``±offset``.

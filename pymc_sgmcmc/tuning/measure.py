@@ -18,7 +18,12 @@ from scipy.linalg import eigh
 from pymc_sgmcmc.batches import IndexStream
 from pymc_sgmcmc.estimators import Centre, Probe
 from pymc_sgmcmc.tuning.config import TuningConfig
-from pymc_sgmcmc.tuning.mode import estimate_hessian, find_mode, hessian_sds
+from pymc_sgmcmc.tuning.mode import (
+    estimate_hessian,
+    find_mode,
+    hessian_sds,
+    touched_coordinates,
+)
 
 __all__ = [
     "FULL_DATA",
@@ -402,15 +407,13 @@ def row_work(probe: Probe, point, config: TuningConfig) -> float:
     gradient touches: every coordinate in a dense regression, a handful in a
     hierarchical model whose row reads one group's parameters. The touched
     coordinates are counted as the nonzero entries of single rows' gradients,
-    on ``config.row_probes`` rows spread evenly over the data, so that the
+    on ``config.row_probes`` rows spread evenly over the data
+    (:func:`~pymc_sgmcmc.tuning.mode.touched_coordinates`), so that the
     count, and with it the tuner's choice, is the same in every run.
     """
-    count = min(config.row_probes, probe.n_rows)
-    rows = np.unique(np.linspace(0, probe.n_rows - 1, count).astype(np.int64))
-    touched = [np.count_nonzero(probe.terms(point, row)[3]) for row in rows[:, np.newaxis]]
     arithmetic, others = probe.row_operations
     elementwise = config.arithmetic_cost * arithmetic + config.transcendental_cost * others
-    return elementwise + 2.0 * float(np.mean(touched))
+    return elementwise + 2.0 * touched_coordinates(probe, point, config)
 
 
 def _laplace_draws(point, factor, rng, count: int) -> np.ndarray:

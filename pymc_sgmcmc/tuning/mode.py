@@ -24,7 +24,14 @@ from pymc_sgmcmc.tuning.sparsity import (
     hessians,
 )
 
-__all__ = ["checked_hessian", "estimate_hessian", "find_mode", "hessian_sds", "relative_error"]
+__all__ = [
+    "checked_hessian",
+    "estimate_hessian",
+    "find_mode",
+    "hessian_sds",
+    "relative_error",
+    "touched_coordinates",
+]
 
 
 def _adam(probe: Probe, position, batches: IndexStream, rng, n_steps, rate):
@@ -128,15 +135,73 @@ def _checked_hessian(probe: Probe, position, rng, config, search, scale, pattern
     columns = None if pattern is None else pattern.differences
     rows = _hessian_rows(probe, position.size, rng, config, search, columns)
     indices = np.arange(probe.n_rows) if rows is None else rows
+    # An exact Hessian on all the chosen rows gives the differencing scale or
+    # the result; a checked subsample takes its halves' own.
+    pair = None
+    needed = scale is None or rows is None or search
+    if needed and _exact_pays(probe, position, len(indices), pattern, config):
+        pair = probe.exact_hessians(position, indices)
     if scale is None:
-        scale = hessian_sds(probe.hessian(position, indices, np.full(position.size, 1e-4)))
+        if pair is None:
+            scale = hessian_sds(probe.hessian(position, indices, np.full(position.size, 1e-4)))
+        else:
+            scale = hessian_sds(pair[0])
     if rows is None or search:
-        hessian, prior_hessian = hessians(probe, position, indices, 1e-3 * scale, pattern)
+        if pair is None:
+            pair = hessians(probe, position, indices, 1e-3 * scale, pattern)
+        hessian, prior_hessian = pair
     else:
         indices, hessian, prior_hessian = _subsample_hessian(
             probe, position, rows, 1e-3 * scale, rng, config, pattern
         )
     return with_information(probe, position, indices, scale, hessian, prior_hessian, rng, config)
+
+
+def touched_coordinates(probe: Probe, point, config: TuningConfig) -> float:
+    """Return how many coordinates one row's log-likelihood gradient touches, on average.
+
+    Counted as the nonzero entries of single rows' gradients at ``point``, on
+    ``config.row_probes`` rows spread evenly over the data, so that the
+    count, and what is chosen by it, is the same in every run: every
+    coordinate in a dense regression, a handful in a hierarchical model whose
+    row reads one group's parameters.
+    """
+    count = min(config.row_probes, probe.n_rows)
+    rows = np.unique(np.linspace(0, probe.n_rows - 1, count).astype(np.int64))
+    return float(np.mean([np.count_nonzero(probe.terms(point, row)[3]) for row in rows[:, None]]))
+
+
+def _exact_pays(probe: Probe, position, rows: int, pattern, config: TuningConfig) -> bool:
+    """Say whether a Hessian on ``rows`` rows is taken exactly instead of differenced.
+
+    Where its gradient differences (D, or the ``pattern``'s groups) times the
+    rows reach ``config.hessian_exact_work``, the model's graph can be
+    differentiated twice (:mod:`pymc_sgmcmc.exact_hessian`), and one row's
+    gradient touches at least half of the coordinates
+    (:func:`touched_coordinates`). Below that work the differences cost less
+    than compiling the exact Hessian for a new model. Where rows touch a few
+    coordinates each (a hierarchical model), the exact Hessian still carries
+    all D directions through every row, and on 1,000 groups took 5.6 s where
+    the 2 D differences took 2.3 s.
+    """
+    columns = position.size if pattern is None else pattern.differences
+    if not probe.exact_hessian_available or columns * rows < config.hessian_exact_work:
+        return False
+    return touched_coordinates(probe, position, config) >= 0.5 * position.size
+
+
+def _hessians(probe: Probe, position, indices, steps, pattern, config, sample_rows: int):
+    """Return the Hessians of the log density and of the log prior on ``indices``.
+
+    Exact where :func:`_exact_pays` for a sample of ``sample_rows`` rows
+    (``indices`` may be half of it) and the graph allows, else differenced
+    (:func:`~pymc_sgmcmc.tuning.sparsity.hessians`).
+    """
+    if _exact_pays(probe, position, sample_rows, pattern, config):
+        pair = probe.exact_hessians(position, indices)
+        if pair is not None:
+            return pair
+    return hessians(probe, position, indices, steps, pattern)
 
 
 def _subsample_hessian(
@@ -154,13 +219,17 @@ def _subsample_hessian(
     asks for (at least doubling), up to all rows, and is checked again; it
     stays as it is where the rows asked for, times the Hessian's gradient
     differences (D without a ``pattern``), exceed ``config.hessian_check_work``.
+    Each half's Hessian is exact where that pays for the whole subsample
+    (:func:`_hessians`).
     """
     n_rows = probe.n_rows
     columns = position.size if pattern is None else pattern.differences
     while True:
         half = len(rows) // 2
-        first, prior_hessian = hessians(probe, position, rows[:half], steps, pattern)
-        second, _ = hessians(probe, position, rows[half:], steps, pattern)
+        first, prior_hessian = _hessians(
+            probe, position, rows[:half], steps, pattern, config, len(rows)
+        )
+        second, _ = _hessians(probe, position, rows[half:], steps, pattern, config, len(rows))
         weight = half / len(rows)
         hessian = weight * first + (1.0 - weight) * second
         error = relative_error(hessian, 0.5 * (first - second))
@@ -172,7 +241,10 @@ def _subsample_hessian(
             return rows, hessian, prior_hessian
         if wanted == n_rows:
             indices = np.arange(n_rows)
-            return (indices, *hessians(probe, position, indices, steps, pattern))
+            return (
+                indices,
+                *_hessians(probe, position, indices, steps, pattern, config, n_rows),
+            )
         rows = rng.choice(n_rows, wanted, replace=False)
 
 
