@@ -176,3 +176,13 @@ def test_noise_scale_posterior_matches_a_two_dimensional_quadrature():
     grid_sd = np.sqrt(weights @ (scales - grid_mean) ** 2)
     assert mean == pytest.approx(grid_mean, rel=1e-3)
     assert sd == pytest.approx(grid_sd, rel=1e-2)
+
+
+def test_the_hessian_benchmark_times_both_searches_to_the_same_mode():
+    from pymc_sgmcmc.benchmark.hessians import dense_regression, time_mode_searches
+
+    row = time_mode_searches(dense_regression(10_000, 100), repeats=1)
+    assert row["size"] == 101 and row["n_rows"] == 10_000
+    assert row["exact_calls"] < row["differenced_calls"] - 2 * row["size"]
+    assert row["mode_distance"] < 1e-3 and row["hessian_difference"] < 1e-4
+    assert row["ratio"] == row["exact_seconds"] / row["differenced_seconds"]
