@@ -65,7 +65,7 @@ def test_the_mode_search_takes_exact_hessians_where_differences_cost_more(regres
     probe, start, _, _ = regression
     results = {}
     for name, work in [("exact", 0), ("differenced", 10**12)]:
-        config = TuningConfig(hessian_exact_work=work)
+        config = TuningConfig(hessian_exact_work=work, hessian_exact_size=0)
         results[name] = counted_search(probe, start, config, monkeypatch)
     assert_same_search(results["exact"], results["differenced"])
     assert results["exact"][3] < results["differenced"][3] - 2 * start.size
@@ -77,7 +77,7 @@ def test_a_hierarchical_models_hessians_stay_differenced_and_exact_zeros_match()
     zeros still give the pattern the differences give."""
     probe, start = probe_and_start(radon_like(n_rows=400, n_groups=20, centred=False).model)
     point = start + np.random.default_rng(1).normal(scale=0.3, size=start.size)
-    config = TuningConfig(hessian_exact_work=0)
+    config = TuningConfig(hessian_exact_work=0, hessian_exact_size=0)
     assert touched_coordinates(probe, point, config) < 0.5 * point.size
     assert not _exact_pays(probe, point, probe.n_rows, None, config)
     exact_first, _ = probe.exact_hessians(point, np.arange(probe.n_rows))
@@ -101,7 +101,7 @@ def test_a_model_without_second_derivatives_is_differenced(regression, monkeypat
     rows = np.arange(probe.n_rows)
     assert probe.exact_hessians(point, rows) is None
     assert not probe.exact_hessian_available
-    config = TuningConfig(hessian_exact_work=0)
+    config = TuningConfig(hessian_exact_work=0, hessian_exact_size=0)
     hessian, kinked = checked_hessian(probe, point, np.random.default_rng(0), config)
     differenced, _ = probe.hessians(point, rows, 1e-3 * hessian_sds(hessian))
     assert not kinked
@@ -121,7 +121,7 @@ def test_a_kinked_likelihoods_exact_hessian_still_takes_the_information():
     point = np.array([1.0, 0.5])
     results = {}
     for name, work in [("exact", 0), ("differenced", 10**12)]:
-        config = TuningConfig(hessian_exact_work=work)
+        config = TuningConfig(hessian_exact_work=work, hessian_exact_size=0)
         results[name] = checked_hessian(probe, point, np.random.default_rng(0), config)
     (hessian, kinked), (plain, plain_kinked) = results["exact"], results["differenced"]
     assert kinked and plain_kinked

@@ -174,8 +174,9 @@ def touched_coordinates(probe: Probe, point, config: TuningConfig) -> float:
 def _exact_pays(probe: Probe, position, rows: int, pattern, config: TuningConfig) -> bool:
     """Say whether a Hessian on ``rows`` rows is taken exactly instead of differenced.
 
-    Where its gradient differences (D, or the ``pattern``'s groups) times the
-    rows reach ``config.hessian_exact_work``, the model's graph can be
+    Where D is at least ``config.hessian_exact_size``, its gradient
+    differences (D, or the ``pattern``'s groups) times the rows reach
+    ``config.hessian_exact_work``, the model's graph can be
     differentiated twice (:mod:`pymc_sgmcmc.exact_hessian`), and one row's
     gradient touches at least half of the coordinates
     (:func:`touched_coordinates`). Below that work the differences cost less
@@ -185,7 +186,9 @@ def _exact_pays(probe: Probe, position, rows: int, pattern, config: TuningConfig
     the 2 D differences took 2.3 s.
     """
     columns = position.size if pattern is None else pattern.differences
-    if not probe.exact_hessian_available or columns * rows < config.hessian_exact_work:
+    if position.size < config.hessian_exact_size or not probe.exact_hessian_available:
+        return False
+    if columns * rows < config.hessian_exact_work:
         return False
     return touched_coordinates(probe, position, config) >= 0.5 * position.size
 
