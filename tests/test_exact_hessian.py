@@ -128,3 +128,12 @@ def test_a_kinked_likelihoods_exact_hessian_still_takes_the_information():
     # The information's rows are the same draws: the same matrix to rounding.
     np.testing.assert_allclose(hessian, plain, rtol=1e-8)
     assert np.all(np.linalg.eigvalsh(-hessian) > 100.0)
+
+
+def test_fewer_coordinates_than_the_size_floor_keep_their_differences(regression):
+    """Below ``hessian_exact_size`` coordinates the differences cost as little: a 12-coefficient
+    regression is differenced at any work, and taken exactly once the floor is lowered."""
+    probe, point, _, _ = regression
+    assert not _exact_pays(probe, point, probe.n_rows, None, TuningConfig(hessian_exact_work=0))
+    lowered = TuningConfig(hessian_exact_work=0, hessian_exact_size=12)
+    assert _exact_pays(probe, point, probe.n_rows, None, lowered)
