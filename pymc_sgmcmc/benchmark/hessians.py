@@ -29,7 +29,7 @@ from pymc_sgmcmc.estimators import Probe
 from pymc_sgmcmc.minibatch import build_minibatch_log_density
 from pymc_sgmcmc.real_posteriors import many_groups_regression
 from pymc_sgmcmc.tuning import TuningConfig
-from pymc_sgmcmc.tuning.mode import find_mode
+from pymc_sgmcmc.tuning.mode import find_mode, hessian_sds
 
 __all__ = ["dense_regression", "time_mode_searches"]
 
@@ -89,7 +89,7 @@ def time_mode_searches(model: pm.Model, repeats: int = 2, seed: int = 0) -> dict
             results[name].append(_search(probe, start, config, seed))
     (mode, *_, hessian, _), _, calls = results["exact"][0]
     (plain_mode, *_, plain_hessian, _), _, plain_calls = results["differenced"][0]
-    sds = 1.0 / np.sqrt(np.abs(np.diag(plain_hessian)))
+    sds = hessian_sds(plain_hessian)
     exact_seconds = min(run[1] for run in results["exact"])
     plain_seconds = min(run[1] for run in results["differenced"])
     return {
