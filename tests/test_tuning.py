@@ -320,6 +320,8 @@ def test_slow_chains_on_a_skewed_posterior_are_not_advised_a_larger_budget():
     assert "use a larger bias_budget" not in warning
     assert "a larger bias_budget would move the means" in warning
     assert "about 8 sd per unit of variance inflation" in warning
+    # The tuner cannot tell which form the model is written in, so it names both.
+    assert "centred or non-centred, whichever it is not written in" in warning
     assert "larger bias_budget" in plain_warning
     assert "move the means" not in plain_warning
 

@@ -528,7 +528,10 @@ def _slow_warning(
     """
     slow = f"the chain decorrelates only every ~{relaxation:.0f} inner steps"
     if budget < choices.bias_budget:
-        advice = ["write the model closer to Gaussian (non-centred)"]
+        advice = [
+            "write the model closer to Gaussian (a hierarchical model in its other form, "
+            "centred or non-centred, whichever it is not written in)"
+        ]
         if estimator != FULL_DATA:
             advice.append("use a larger batch_size")
         elif not dynamics.exact_gaussian_model:
@@ -538,8 +541,8 @@ def _slow_warning(
             )
         return (
             f"{sampler_name}: the tune draws' means move by about {sensitivity:.2g} sd per "
-            "unit of variance inflation (a skewed posterior, such as a hierarchical scale over "
-            f"many groups written centred), so the steps are cut to {step_size:.3g} and {slow}; "
+            "unit of variance inflation (a skewed posterior, such as a hierarchical scale's), "
+            f"so the steps are cut to {step_size:.3g} and {slow}; "
             f"a larger bias_budget would move the means, so {', '.join(advice)}, or sample it "
             "with NUTS."
         )
