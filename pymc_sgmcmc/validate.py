@@ -25,7 +25,10 @@ the radon data of all states, 12,573 rows in 386 groups), a hierarchical
 regression with 1,000 groups on a million rows, a Poisson GLMM whose
 hierarchical scale sits behind a log link (non-centred, 60 unbalanced groups),
 and a median regression whose Laplace likelihood has a kink at every row
-(exact posterior).
+(exact posterior). Six more rows carry likelihoods beyond the normal and the
+logit (:mod:`pymc_sgmcmc.likelihood_shapes`): negative binomial, Beta, ordered
+logistic, censored normal, a Dirichlet's categorical, and a normal whose sd
+depends on a covariate.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ from collections.abc import Callable
 import pymc as pm
 
 from pymc_sgmcmc.diagnostics import accuracy
+from pymc_sgmcmc.likelihood_shapes import (
+    beta_regression,
+    censored_regression,
+    dirichlet_groups,
+    heteroscedastic_regression,
+    negative_binomial_regression,
+    ordered_logistic_regression,
+)
 from pymc_sgmcmc.panel import (
     PanelModel,
     hierarchical_regression,
@@ -96,6 +107,13 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     "eight-schools": lambda: nuts_reference(eight_schools()),
     # NUTS mixes tau slowly on this ridge: 4 x 2,000 draws end at R-hat 1.013.
     "poisson-glmm": lambda: nuts_reference(poisson_glmm(), draws=10_000),
+    # Likelihoods beyond the normal and the logit (pymc_sgmcmc.likelihood_shapes).
+    "negative-binomial": lambda: nuts_reference(negative_binomial_regression()),
+    "beta": lambda: nuts_reference(beta_regression()),
+    "ordered-logistic": lambda: nuts_reference(ordered_logistic_regression()),
+    "censored": lambda: nuts_reference(censored_regression()),
+    "dirichlet-groups": lambda: nuts_reference(dirichlet_groups()),
+    "heteroscedastic": lambda: nuts_reference(heteroscedastic_regression()),
 }
 #: The sampler name of PyMC's NUTS rows (``--nuts``).
 NUTS = "NUTS (PyMC)"
