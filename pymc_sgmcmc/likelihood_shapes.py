@@ -124,8 +124,8 @@ def dirichlet_groups(n_rows=1500, seed=0) -> PanelModel:
     """Four groups' weights (Dirichlet) from their labels, and their means from the outcomes.
 
     Two likelihoods over the same rows, a categorical one of the group labels
-    and a normal one of the outcomes given each row's group. D = 8 (3 on the
-    simplex's unconstrained scale).
+    and a normal one of the outcomes given each row's group. D = 7: 3 for the
+    weights on the simplex's unconstrained scale, 4 means.
     """
     rng = np.random.default_rng(seed)
     group = rng.choice(4, size=n_rows, p=[0.1, 0.2, 0.3, 0.4])
