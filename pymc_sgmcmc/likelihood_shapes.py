@@ -58,7 +58,7 @@ def negative_binomial_regression(n_rows=2000, seed=0) -> PanelModel:
 
 
 def beta_regression(n_rows=1000, seed=0) -> PanelModel:
-    """Beta regression: mean ``logit^-1(a + x' b)``, precision ``phi`` unknown, D = 5."""
+    """Beta regression: mean ``logit^-1(a + x' b)``, its precision unknown, D = 5."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n_rows, 3))
     mean = _logistic(0.2 + x @ np.array([0.5, -0.3, 0.2]))
