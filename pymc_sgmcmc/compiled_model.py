@@ -6,6 +6,7 @@ import logging
 import weakref
 
 import numpy as np
+from pytensor.graph.traversal import apply_ancestors
 
 from pymc_sgmcmc.cluster import ClusterPasses
 from pymc_sgmcmc.disk_rows import PageRelease
@@ -80,6 +81,7 @@ class CompiledModel:
         self._probe = None
         self._kernels = {}
         self._interpreted = {}
+        self._gradient_operations = {}
 
     @property
     def probe(self) -> Probe:
@@ -119,6 +121,18 @@ class CompiledModel:
                 METRICS[metric],
             )
         return self._kernels[key]
+
+    def gradient_operations(self, estimator: str) -> int:
+        """Return the operations in the graph of ``estimator``'s gradient estimate, as built.
+
+        Compiling a fused kernel takes time in proportion to its graph, most
+        of which is this estimate: PyTensor rewrites the whole graph at every
+        compilation, even when Numba then reads the code from its cache.
+        """
+        if estimator not in self._gradient_operations:
+            gradient = ESTIMATORS[estimator](self.density).gradient
+            self._gradient_operations[estimator] = sum(1 for _ in apply_ancestors([gradient]))
+        return self._gradient_operations[estimator]
 
     def interpreted_kernel(
         self, dynamics: Dynamics, estimator: str, metric: str = "identity"

@@ -73,15 +73,35 @@ class KernelRunner:
         #: Whether the dynamics has an interpreted loop, which starts a chain
         #: without waiting for the fused kernel's compilation.
         self.interprets = interpretable(dynamics)
-        #: Inner steps a chain takes in the interpreted loop: all of them where
-        #: the fused kernel would take them no faster.
+        #: Inner steps a chain takes in the interpreted loop where they are
+        #: given; None where they follow from the kernel's graph
+        #: (:meth:`handover_steps`); all of them where the fused kernel would
+        #: take them no faster.
         self.interpreted_steps = tuning.interpreted_steps
         if (
-            self.interpreted_steps > 0
+            self.interpreted_steps != 0
             and not dynamics.fused_kernel_is_faster()
             and not is_jax(compiled.compile_kwargs)
         ):
             self.interpreted_steps = np.inf
+
+    def handover_steps(self, chain) -> float:
+        """Return the inner steps after which ``chain`` leaves the interpreted loop.
+
+        Unless given (:attr:`~pymc_sgmcmc.tuning.TuningConfig.interpreted_steps`),
+        ``TuningConfig.steps_per_operation`` times the operations of the
+        graph of the chain's gradient estimate
+        (:meth:`~pymc_sgmcmc.compiled_model.CompiledModel.gradient_operations`):
+        the steps whose extra cost in the loop is about what compiling the
+        fused kernel costs. A count of the chain's own steps, so the draws do
+        not depend on timing, on ``cores`` or on what the caches hold.
+        """
+        if self.interpreted_steps is not None:
+            return self.interpreted_steps
+        estimator = chain.settings.estimator
+        # The full data's gradient is the minibatch gradient on batches of all rows.
+        estimator = "minibatch" if estimator == FULL_DATA else estimator
+        return self.tuning.steps_per_operation * self.compiled.gradient_operations(estimator)
 
     def prepare_inputs(self, chain) -> None:
         """Build the kernel's inputs from ``chain``'s settings, dropping draws run ahead.
@@ -102,7 +122,7 @@ class KernelRunner:
         }
         if settings.estimator in CENTRED_ESTIMATORS:
             named.update(chain.centre.inputs())
-        chain.interpreted = self.interprets and chain.steps_taken < self.interpreted_steps
+        chain.interpreted = self.interprets and chain.steps_taken < self.handover_steps(chain)
         chain.kernel_inputs = self.kernel(chain).prepare(named, chain.state["position"].size)
 
     def kernel(self, chain):

@@ -609,7 +609,7 @@ class StochasticGradientStep(ArrayStepShared):
             )
         if chain.diverged:
             return q0, [self._stats(step_sizes[-1], np.nan, np.nan, n_steps, 0)]
-        if chain.interpreted and chain.steps_taken >= self.runner.interpreted_steps:
+        if chain.interpreted and chain.steps_taken >= self.runner.handover_steps(chain):
             # The chain has run long enough for the fused kernel to pay.
             self.runner.prepare_inputs(chain)
         if (

@@ -520,6 +520,40 @@ def test_chains_hand_over_from_the_interpreted_loop_to_the_fused_kernel(caplog):
     )
 
 
+def test_by_default_a_chain_hands_over_once_the_loop_has_cost_the_compilation(caplog):
+    """The default hand-over point is a number of steps per operation of the gradient's graph."""
+    model = build_model()
+    with model:
+        operations = SGLD(batch_size=50).compiled.gradient_operations("control_variate")
+    events = []
+
+    class Compilations(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("Compiling the Langevin kernel"):
+                events.append("compiled")
+
+    # 102 inner steps: the chain hands over before its 22nd draw of 5 steps
+    # (105 steps taken), and compiles nothing if the rule gives 3 times as many.
+    tuning = TuningConfig(steps_per_operation=102 / operations)
+    handler = Compilations(level=logging.INFO)
+    logger = logging.getLogger("pymc")
+    logger.addHandler(handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="pymc"):
+            result = run(
+                model,
+                chains=1,
+                step_options={"tuning": tuning},
+                callback=lambda trace, draw: events.append("draw"),
+            )
+    finally:
+        logger.removeHandler(handler)
+    # The chain's gradient estimate is the control variate's (other estimates'
+    # graphs have other sizes).
+    assert np.all(result.sample_stats["control_variate"])
+    assert events.count("compiled") == 1 and events.index("compiled") == 21
+
+
 def test_sgrld_stays_in_the_interpreted_loop_past_the_hand_over(caplog):
     """Its fused kernel takes a step no faster than the loop, so no chain compiles it."""
     past_the_hand_over = {"tuning": TuningConfig(interpreted_steps=200)}

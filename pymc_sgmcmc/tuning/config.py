@@ -79,16 +79,27 @@ class TuningConfig:
         anywhere), for the end to count as a mode.
     chunk_rows : int
         Rows per chunk of a full pass over the data (bounds memory).
-    interpreted_steps : int
+    interpreted_steps : int, optional
         Inner steps each chain takes with the interpreted loop
         (:mod:`pymc_sgmcmc.loop`) before the fused kernel is compiled and
-        takes over; 0 compiles the fused kernel for the first draw. The loop
-        costs tens of microseconds more per step and compiles nothing, so
-        shorter runs never pay for a compilation, and a long run pays at
-        most about as much again as compiling the kernel with warm caches.
+        takes over; 0 compiles the fused kernel for the first draw. By
+        default ``steps_per_operation`` times the operations in the graph of
+        the chain's gradient estimate. The loop costs tens of microseconds
+        more per step and compiles nothing; compiling the kernel costs
+        seconds in proportion to that graph, cached code or not (PyTensor
+        rewrites the graph at every compilation). A chain hands over once
+        the loop has cost it about what the compilation will, so shorter
+        runs never pay for a compilation and a longer run pays at most
+        about as much again (the rule that is never worse than twice the
+        better of the two choices made knowing the run's length).
         Dynamics whose fused kernel takes a step no faster than the loop
         (:meth:`~pymc_sgmcmc.dynamics.Dynamics.fused_kernel_is_faster`,
         SGRLD's) stay in the loop unless this is 0 or the kernels run on JAX.
+    steps_per_operation : float
+        Inner steps in the interpreted loop that cost as much more than in
+        the fused kernel as one operation of the kernel's graph adds to its
+        compilation (with warm caches; measured on the benchmark's models,
+        see docs/performance.md).
     steps_per_call, max_draws_per_call : int
         After tuning, each call of the fused kernel takes the inner steps of
         as many whole draws as fit in ``steps_per_call`` (at most
@@ -236,7 +247,8 @@ class TuningConfig:
     softest_directions: int = 2
     quadratic_fall: tuple = (1 / 16, 16.0)
     chunk_rows: int = 50_000
-    interpreted_steps: int = 30_000
+    interpreted_steps: int | None = None
+    steps_per_operation: float = 200.0
     steps_per_call: int = 1000
     max_draws_per_call: int = 100
     noise_points: int = 8
