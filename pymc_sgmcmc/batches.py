@@ -32,20 +32,21 @@ def _place_rows(rows, words, position):  # pragma: no cover - compiled
     size = rows.size
     low_mask = np.uint64(0xFFFFFFFF)
     span = np.uint64(2**32)
-    for index in range(2 * words.size):
-        if position >= size:
-            break
-        word = words[index // 2]
-        value = word & low_mask if index % 2 == 0 else word >> np.uint64(32)
-        bound = np.uint64(position + 1)
-        product = value * bound
-        remainder = product & low_mask
-        if remainder < bound and remainder < (span - bound) % bound:
-            continue
-        other = np.int64(product >> np.uint64(32))
-        rows[position] = rows[other]
-        rows[other] = position
-        position += 1
+    # Word by word, each half in turn: no division of the value's index by 2.
+    for word in words:
+        for half in range(2):
+            if position >= size:
+                return position
+            value = word & low_mask if half == 0 else word >> np.uint64(32)
+            bound = np.uint64(position + 1)
+            product = value * bound
+            remainder = product & low_mask
+            if remainder < bound and remainder < (span - bound) % bound:
+                continue
+            other = np.int64(product >> np.uint64(32))
+            rows[position] = rows[other]
+            rows[other] = position
+            position += 1
     return position
 
 
