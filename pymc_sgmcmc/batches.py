@@ -32,7 +32,6 @@ def _place_rows(rows, words, position):  # pragma: no cover - compiled
     size = rows.size
     low_mask = np.uint64(0xFFFFFFFF)
     span = np.uint64(2**32)
-    # Word by word, each half in turn: no division of the value's index by 2.
     for word in words:
         for half in range(2):
             if position >= size:
