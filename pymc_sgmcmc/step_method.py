@@ -621,6 +621,10 @@ class StochasticGradientStep(ArrayStepShared):
             chain.centre = self.compiled.probe.centre(position, hessian=second_order)
             chain.steps_since_refresh = 0
             self.runner.prepare_inputs(chain)
+        if self._exact() and not math.isfinite(chain.last_log_density):
+            # A chain's first draw on all rows (at its start, or after draws on
+            # minibatches) has its fall measured from where it starts.
+            chain.last_log_density = self.compiled.probe.full(position)[0]
 
         result = self.runner.run(chain, position, n_steps, step_values, self.rng, self.tune)
         chain.state = result.state
@@ -662,8 +666,9 @@ class StochasticGradientStep(ArrayStepShared):
 
         A draw diverged where its log density is not finite, or where it is
         exact (steps on all N rows) and falls more than
-        ``TuningConfig.log_density_drop`` plus D below the last draw's (times
-        the temperature above 1, which spreads the draws' log densities).
+        ``TuningConfig.log_density_drop`` plus D below the last draw's, or
+        below where it started for a chain's first exact draw (times the
+        temperature above 1, which spreads the draws' log densities).
         """
         if not math.isfinite(log_density):
             return "the log density became non-finite"

@@ -1125,6 +1125,35 @@ def test_a_tune_draw_whose_exact_log_density_falls_too_far_is_taken_back(
     assert not np.asarray(result.sample_stats["diverging"]).any()
 
 
+def test_a_first_exact_draw_whose_log_density_falls_too_far_is_taken_back(monkeypatch):
+    """A chain's first draw on all rows has no exact draw before it: its fall is measured from
+    the exact log density where it starts. On the logistic regression with all 500 rows in
+    every batch, the first draw made to end 1e6 below where it started is taken back like a
+    divergence. Before, the first draw after minibatches went unchecked: a chain of an 8-group
+    Poisson GLMM that travelled on minibatches took its first full-data draw, at a step of
+    0.35, to a finite state with ``log tau`` at -105 and ``mu`` at 10, kept it, and its next
+    tune window measured a curvature 5e5 times the posterior's there, which froze the chain
+    at a step of 8e-6 (minimum ESS 7)."""
+    panel = logistic_regression(n_rows=500)
+    step = SGHMC(batch_size=500, model=panel.model)
+    run_kernel, calls = step.runner.run, []
+
+    def first_falls(*arguments):
+        result = run_kernel(*arguments)
+        calls.append(result)
+        if len(calls) != 1:
+            return result
+        return replace(result, log_density=result.log_density - 1e6)
+
+    monkeypatch.setattr(step.runner, "run", first_falls)
+    result = run(step, panel.model, draws=1, tune=4, seed=0, discard_tuned_samples=False)
+    first = result.warmup_sample_stats["log_density"].values[0, 0]
+    assert np.isnan(first)
+    assert step.chain.measurements.stiffness == TuningConfig().stiffening
+    assert np.isfinite(result.warmup_sample_stats["log_density"].values[0, 1:]).all()
+    assert not np.asarray(result.sample_stats["diverging"]).any()
+
+
 def test_a_minibatch_draw_after_an_exact_one_is_not_compared_with_it():
     """Settings that leave the full data for minibatches (as at the end of tuning, where no
     window checked the full data's) make the next draw's log density an estimate: a fall from
