@@ -378,6 +378,8 @@ class ChainAdapter(Travel):
                 self.choices.estimators,
                 self.tuning,
             )
+            if settings.estimator == FULL_DATA and self.choices.step_size is None:
+                self.recount_stiffness(chain, draws, rng)
             messages.append(
                 f"{self.name}: the tune draws' variance differs from the Laplace approximation "
                 f"at the mode by a factor {check.worst_ratio:.2g} along one direction; the "
@@ -559,6 +561,29 @@ class ChainAdapter(Travel):
             largest / measured,
         )
         return True
+
+    def recount_stiffness(self, chain: ChainState, draws: np.ndarray, rng) -> None:
+        """Count the curvature at a window's draws again, in the metric measured from them.
+
+        The stiffness multiplies the largest curvature measured in the metric's
+        coordinates. A metric measured again where the chain went holds the
+        window's variances, so the stiffness found in the old coordinates (a
+        stiff direction the old metric missed, now whitened) would count that
+        curvature twice. For a chain on the full data's gradient the largest
+        curvature at the window's draws is measured in the new coordinates and
+        sets the stiffness (at least 1). A step too large for it still diverges
+        in a tune draw, which counts the curvature higher again.
+        """
+        measurements = replace(chain.measurements, stiffness=1.0)
+        settings = self.settings(measurements)
+        factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])
+        temperature = self.choices.temperature
+        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
+        largest = largest_curvature(
+            self.probe, tightest_draws(draws, log_density), factor, rng, config=self.tuning
+        )
+        measured = measurements.curvatures(factor)[1]
+        chain.measurements = replace(measurements, stiffness=max(1.0, largest / measured))
 
     def steps_this_draw(self, chain: ChainState, tune: bool) -> int:
         """Inner steps of the next draw: one per tune draw once adaptation has settled.
