@@ -534,33 +534,36 @@ class ChainAdapter(Travel):
         model with ``before_curvature_check`` take its larger steps.
         """
         settings, measurements = chain.settings, chain.measurements
-        size = measurements.mode.size
-        factor = metric_factor(settings.metric, settings.preconditioner, size)
-        temperature = self.choices.temperature
-        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
-        largest = largest_curvature(
-            self.probe,
-            tightest_draws(draws, log_density),
-            factor,
-            rng,
-            config=self.tuning,
-        )
-        measured = measurements.curvatures(factor)[1]
-        if not largest > CURVATURE_MARGIN * measured:
+        ratio = self.curvature_ratio(settings, measurements, draws, rng)
+        if not ratio > CURVATURE_MARGIN:
             # A first check that finds no steeper curvature still counts: some
             # integrators take larger steps once the curvature where the chain
             # goes has been measured.
             chain.measurements = replace(measurements, curvature_checked=True)
             return self.settings(chain.measurements).step_size != settings.step_size
-        stiffness = measurements.stiffness * largest / measured
+        stiffness = measurements.stiffness * ratio
         chain.measurements = replace(measurements, stiffness=stiffness, curvature_checked=True)
         _log.info(
             "%s: the curvature at the tune draws reaches %.3g times the largest measured; "
             "the step size is chosen for it.",
             self.name,
-            largest / measured,
+            ratio,
         )
         return True
+
+    def curvature_ratio(self, settings, measurements, draws: np.ndarray, rng) -> float:
+        """Return the largest curvature at a window's tightest draws over the largest measured.
+
+        Both are in the coordinates of ``settings``' metric; the measured one
+        is multiplied by ``measurements.stiffness``.
+        """
+        factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])
+        temperature = self.choices.temperature
+        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
+        largest = largest_curvature(
+            self.probe, tightest_draws(draws, log_density), factor, rng, config=self.tuning
+        )
+        return largest / measurements.curvatures(factor)[1]
 
     def recount_stiffness(self, chain: ChainState, draws: np.ndarray, rng) -> None:
         """Count the curvature at a window's draws again, in the metric measured from them.
@@ -575,15 +578,8 @@ class ChainAdapter(Travel):
         in a tune draw, which counts the curvature higher again.
         """
         measurements = replace(chain.measurements, stiffness=1.0)
-        settings = self.settings(measurements)
-        factor = metric_factor(settings.metric, settings.preconditioner, draws.shape[1])
-        temperature = self.choices.temperature
-        log_density = log_density_at_draws(self.probe, draws, rng, self.tuning, temperature)
-        largest = largest_curvature(
-            self.probe, tightest_draws(draws, log_density), factor, rng, config=self.tuning
-        )
-        measured = measurements.curvatures(factor)[1]
-        chain.measurements = replace(measurements, stiffness=max(1.0, largest / measured))
+        ratio = self.curvature_ratio(self.settings(measurements), measurements, draws, rng)
+        chain.measurements = replace(measurements, stiffness=max(1.0, ratio))
 
     def steps_this_draw(self, chain: ChainState, tune: bool) -> int:
         """Inner steps of the next draw: one per tune draw once adaptation has settled.
