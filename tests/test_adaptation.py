@@ -362,6 +362,30 @@ def test_a_window_worth_fewer_than_2d_draws_still_rescales_a_coordinate_the_metr
     np.testing.assert_allclose(ratio[1:], 1.0)
 
 
+def test_a_window_that_measures_the_metric_again_recounts_a_full_data_chains_stiffness():
+    """A full-data SGHMC chain on the centred funnel stepping for 50 times the largest
+    curvature measured, and a window of draws around where it was measured, with the first
+    coordinate's sd 3 times the metric's and the scale's a tenth (the draws stay out of the
+    neck): the window measures the metric again, and the curvature at its draws, counted in
+    the new metric, sets the stiffness, at most a few times the largest measured (1.5 on this
+    seed). A stiffness carried over from the old metric's coordinates stays at 50."""
+    adapter, chain, typical, _, rng = funnel_chain(Underdamped(), "SGHMC")
+    chain.measurements = replace(chain.measurements, stiffness=50.0)
+    chain.settings = adapter.settings(chain.measurements)
+    assert chain.settings.estimator == FULL_DATA
+    draw_rng = np.random.default_rng(5)
+    scales = np.sqrt(chain.measurements.laplace_variance)
+    scales[0] *= 3.0
+    scales[1] *= 0.1
+    window = typical + draw_rng.normal(size=(adapter.tuning.windows[0], typical.size)) * scales
+    messages = None
+    for draw in window:
+        messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+    assert messages is not None
+    assert any("variance differs" in message for message in messages)
+    assert chain.measurements.stiffness < 5.0
+
+
 def test_shared_draws_take_their_larger_steps_once_the_curvature_at_the_draws_is_checked():
     """SGLD's default step keeps Euler-Maruyama's until a window has measured the curvature
     where the chain goes; a first check that finds nothing steeper then enlarges it, once."""
