@@ -493,13 +493,15 @@ def eight_schools() -> PanelModel:
     return PanelModel("eight schools, non-centred", model, 8, key={"model": "eight-schools"})
 
 
-def poisson_glmm(n_groups=60, seed=24) -> PanelModel:
+def poisson_glmm(n_groups=60, seed=24, group_sizes=(3, 200)) -> PanelModel:
     """Varying-intercept Poisson regression, non-centred, with unbalanced groups.
 
     ``y_i ~ Poisson(exp(mu + tau z[g_i] + beta x_i))``, ``z_g ~ N(0, 1)``,
     ``mu, beta ~ N(0, 1)``, ``tau ~ HalfNormal(1)``, with group sizes drawn
-    from 3 to 199 rows (9 to 196, N = 6,181 at the defaults), a standard
-    normal covariate and
+    uniformly from ``group_sizes[0]`` to ``group_sizes[1] - 1`` rows (9 to
+    196, N = 6,181 at the defaults; 81 to 246, N = 1,365 with 8 groups of
+    ``(50, 301)``, where ``tau`` rests on 8 groups), a standard normal
+    covariate and
     true values ``mu = 0.3``, ``tau = 0.4``, ``beta = 0.25``. The group of each
     row is a ``pm.Data`` index. The large groups fix their intercepts, so
     ``tau`` and the ``z_g`` lie on a curved ridge (``z_g`` near
@@ -507,7 +509,7 @@ def poisson_glmm(n_groups=60, seed=24) -> PanelModel:
     per unit of variance inflation. D = n_groups + 3.
     """
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(3, 200, size=n_groups)
+    sizes = rng.integers(*group_sizes, size=n_groups)
     group = np.repeat(np.arange(n_groups), sizes)
     x = rng.normal(size=group.size)
     effects = rng.normal(0.0, 0.4, size=n_groups)
@@ -520,6 +522,8 @@ def poisson_glmm(n_groups=60, seed=24) -> PanelModel:
         beta = pm.Normal("beta", 0.0, 1.0)
         pm.Poisson("y", pm.math.exp(mu + tau * z[group_index] + beta * x), observed=y)
     key = {"model": "poisson_glmm", "n_rows": group.size, "n_groups": n_groups, "seed": seed}
+    if tuple(group_sizes) != (3, 200):
+        key["group_sizes"] = list(group_sizes)
     truth = {"mu": np.array(0.3), "tau": np.array(0.4), "beta": np.array(0.25)}
     return PanelModel(
         f"Poisson GLMM, non-centred N={group.size} G={n_groups}",

@@ -23,7 +23,8 @@ radon data's size, 919 rows in 85 groups, where the centred form's joint
 density has no mode, and non-centred with varying slopes; and at the size of
 the radon data of all states, 12,573 rows in 386 groups), a hierarchical
 regression with 1,000 groups on a million rows, a Poisson GLMM whose
-hierarchical scale sits behind a log link (non-centred, 60 unbalanced groups),
+hierarchical scale sits behind a log link (non-centred, 60 unbalanced groups,
+and 8 groups of 81 to 246 rows, whose scale rests on eight groups),
 and a median regression whose Laplace likelihood has a kink at every row
 (exact posterior). Six more rows carry likelihoods beyond the normal and the
 logit (:mod:`pymc_sgmcmc.likelihood_shapes`): negative binomial, Beta, ordered
@@ -107,6 +108,10 @@ PANEL: dict[str, Callable[[], PanelModel]] = {
     "eight-schools": lambda: nuts_reference(eight_schools()),
     # NUTS mixes tau slowly on this ridge: 4 x 2,000 draws end at R-hat 1.013.
     "poisson-glmm": lambda: nuts_reference(poisson_glmm(), draws=10_000),
+    # Eight groups of 50 to 300 rows: tau rests on eight groups, and the chains run on all N rows.
+    "poisson-glmm-8": lambda: nuts_reference(
+        poisson_glmm(n_groups=8, group_sizes=(50, 301)), draws=5_000
+    ),
     # Likelihoods beyond the normal and the logit (pymc_sgmcmc.likelihood_shapes).
     "negative-binomial": lambda: nuts_reference(negative_binomial_regression()),
     "beta": lambda: nuts_reference(beta_regression()),
