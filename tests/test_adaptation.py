@@ -386,6 +386,63 @@ def test_a_window_that_measures_the_metric_again_recounts_a_full_data_chains_sti
     assert chain.measurements.stiffness < 5.0
 
 
+@pytest.mark.parametrize("measured_again", [True, False], ids=["metric-measured-again", "agrees"])
+def test_a_slowness_measured_in_a_metric_measured_again_is_measured_again_in_the_new_one(
+    measured_again,
+):
+    """A chain whose draws decorrelated 12.7 times more slowly than predicted, in a metric
+    that then understates a coordinate's variance 9 times: each window that measures the
+    metric again drops the factor (which the tuner multiplies into the inner steps per draw),
+    the last one runs once more to measure it in the new metric, and that window, measuring
+    the metric yet again, keeps the factor. Windows that agree with the metric (negative
+    control) keep it throughout, and no window runs again."""
+    adapter, chain, typical, _, rng = funnel_chain(Underdamped(), "SGHMC")
+    draw_rng = np.random.default_rng(5)
+    first, last = adapter.tuning.windows
+    kept, closed = [], []
+    for coordinate, size in ((0, first), (2, last), (3, last)):
+        chain.measurements = replace(chain.measurements, slowness=12.7)
+        chain.settings = adapter.settings(chain.measurements)
+        scales = np.sqrt(chain.measurements.laplace_variance)
+        if measured_again:
+            scales[coordinate] *= 3.0
+        window = typical + draw_rng.normal(size=(size, typical.size)) * scales
+        for draw in window:
+            messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+        assert measured_again == any("variance differs" in m for m in messages or [])
+        kept.append(chain.measurements.slowness)
+        closed.append(chain.windows_closed)
+    if measured_again:
+        assert kept == [1.0, 1.0, 12.7]
+        assert closed == [1, 1, 2]
+    else:
+        assert kept == [12.7, 12.7, 12.7]
+        assert closed == [1, 2, 2]
+
+
+@pytest.mark.parametrize("dropped", [True, False], ids=["dropped", "negative-control"])
+def test_a_slowness_measured_again_keeps_at_most_the_one_dropped(dropped):
+    """A window's draws that decorrelate far more slowly than predicted (a coordinate that
+    drifts steadily across the window) read a slowness of about 30. Measured again
+    after a window dropped a slowness of 12.7, what the chain keeps is at most 12.7; a chain
+    that dropped none (negative control) keeps what it read."""
+    adapter, chain, typical, _, _ = funnel_chain(Underdamped(), "SGHMC")
+    if dropped:
+        chain.measurements = replace(chain.measurements, slowness=12.7)
+        assert adapter.forget_slowness(chain)
+        assert chain.measurements.slowness == 1.0
+    chain.settings = adapter.settings(chain.measurements)
+    draw_rng = np.random.default_rng(2)
+    size = adapter.tuning.windows[0]
+    draws = typical + 0.01 * draw_rng.normal(size=(size, typical.size))
+    draws[:, 0] += np.linspace(0.0, 1.0, size)
+    assert adapter.check_slowness(chain, draws)
+    if dropped:
+        assert chain.measurements.slowness == 12.7
+    else:
+        assert chain.measurements.slowness > 2 * 12.7
+
+
 def test_shared_draws_take_their_larger_steps_once_the_curvature_at_the_draws_is_checked():
     """SGLD's default step keeps Euler-Maruyama's until a window has measured the curvature
     where the chain goes; a first check that finds nothing steeper then enlarges it, once."""

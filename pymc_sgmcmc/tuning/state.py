@@ -85,6 +85,14 @@ class ChainState:
     full_data_checked : bool
         Whether a tune window has closed on draws taken with the full data's
         gradient, checking its settings where the chain went.
+    slowness_rechecked : bool
+        Whether the last tune window has run once more to measure how fast
+        the chain decorrelates in a metric measured again
+        (:meth:`~pymc_sgmcmc.tuning.chain.ChainAdapter.forget_slowness`).
+    slowness_cap : float
+        The smallest slowness a window that measured the metric again
+        dropped: the most a later window's measurement keeps (``inf`` where
+        none was dropped).
     last_log_density : float
         The log density at the chain's last draw where its steps read all N
         rows (so that it is exact), NaN otherwise: a draw whose exact log
@@ -116,4 +124,6 @@ class ChainState:
     periodic: tuple | None = None
     all_rows: AllRows | None = None
     full_data_checked: bool = False
+    slowness_rechecked: bool = False
+    slowness_cap: float = np.inf
     last_log_density: float = np.nan
