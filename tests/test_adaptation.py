@@ -340,6 +340,16 @@ def test_a_full_data_window_bounds_the_move_of_a_coordinate_seen_moving(monkeypa
         assert chain.settings.step_size.value == step_size
 
 
+def close_window(adapter, chain, centre, scales, size, rng, draw_rng):
+    """Run ``size`` independent normal draws around ``centre`` (sds ``scales``) through the
+    chain's tune windows; return what the last draw's recording returned."""
+    window = centre + draw_rng.normal(size=(size, centre.size)) * scales
+    messages = None
+    for draw in window:
+        messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+    return messages
+
+
 def test_a_window_worth_fewer_than_2d_draws_still_rescales_a_coordinate_the_metric_misses():
     """A window of 100 independent draws of the Laplace picture with one coordinate's sd 3
     times the metric's, counted by an overstated relaxation as worth almost nothing, below the
@@ -351,10 +361,9 @@ def test_a_window_worth_fewer_than_2d_draws_still_rescales_a_coordinate_the_metr
     draw_rng = np.random.default_rng(5)
     scales = np.sqrt(before)
     scales[0] *= 3.0
-    window = typical + draw_rng.normal(size=(adapter.tuning.windows[0], typical.size)) * scales
-    messages = None
-    for draw in window:
-        messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+    messages = close_window(
+        adapter, chain, typical, scales, adapter.tuning.windows[0], rng, draw_rng
+    )
     assert messages is not None
     assert any("variance differs" in message for message in messages)
     ratio = chain.measurements.laplace_variance / before
@@ -377,10 +386,9 @@ def test_a_window_that_measures_the_metric_again_recounts_a_full_data_chains_sti
     scales = np.sqrt(chain.measurements.laplace_variance)
     scales[0] *= 3.0
     scales[1] *= 0.1
-    window = typical + draw_rng.normal(size=(adapter.tuning.windows[0], typical.size)) * scales
-    messages = None
-    for draw in window:
-        messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+    messages = close_window(
+        adapter, chain, typical, scales, adapter.tuning.windows[0], rng, draw_rng
+    )
     assert messages is not None
     assert any("variance differs" in message for message in messages)
     assert chain.measurements.stiffness < 5.0
@@ -406,9 +414,7 @@ def test_a_slowness_measured_in_a_metric_measured_again_is_measured_again_in_the
         scales = np.sqrt(chain.measurements.laplace_variance)
         if measured_again:
             scales[coordinate] *= 3.0
-        window = typical + draw_rng.normal(size=(size, typical.size)) * scales
-        for draw in window:
-            messages = adapter.record_tune_draw(chain, draw, rng, tune=True)
+        messages = close_window(adapter, chain, typical, scales, size, rng, draw_rng)
         assert measured_again == any("variance differs" in m for m in messages or [])
         kept.append(chain.measurements.slowness)
         closed.append(chain.windows_closed)
